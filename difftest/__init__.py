@@ -1,0 +1,1 @@
+"""Differential tester: spec vs implementations, with derived error bounds."""

@@ -1,0 +1,1 @@
+"""Implementations under test: an independent torch eager implementation and FlashInfer adapters."""

@@ -1,0 +1,1 @@
+"""Executable specification of MoE inference layers, in numpy and the standard library only."""

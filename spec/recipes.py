@@ -1,0 +1,96 @@
+"""Precision recipes: where an implementation rounds, one field per rounding point.
+
+The spec computes two results for every layer: the float64 *ideal* (``recipe=None``: no rounding after the
+given inputs) and the *recipe-exact* result, which rounds exactly where the recipe says. Bounds
+(spec/bounds.py) are derived from the same fields, so a recipe is the single statement of an
+implementation's precision. Format names are those of spec/numerics.py ("fp64", "fp32", "bf16", "fp16").
+"""
+
+from dataclasses import asdict, dataclass, replace
+
+SIGMOIDS = ("exact", "expf")
+RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
+QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
+SCALE_FORMULAS = ("div448", "mul_rcp448")
+GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One implementation's rounding points, in dataflow order.
+
+    Routing: logits are materialized in ``logits``; the correction bias is read as ``bias``; the
+    sigmoid is ``exact`` (fp32 rounding of the true value) or ``expf`` (``1/(1+fl(exp(-x)))`` in fp32,
+    which underflows to 0 below x ≈ -88.7); weights are written in ``routing_weights``;
+    ``renorm_order`` is ``w/(Σ+eps)·rsf`` or ``w·rsf/(Σ+eps)`` (trtllm-gen).
+    Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
+    ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8`` keeps about 14 significant
+    bits inside each 128-wide K block, then promotes to fp32); the intermediate is re-quantized before
+    GEMM2 when ``requant_intermediate``. Then ``gemm1_out`` → activation in ``act_compute`` →
+    ``act_out`` → GEMM2 with the router weight in its epilogue → ``expert_out`` → weighted sum in
+    ``combine`` → ``out``.
+    """
+
+    name: str
+    logits: str = "fp32"
+    bias: str = "fp32"
+    sigmoid: str = "exact"
+    routing_weights: str = "fp32"
+    renorm_order: str = "divide_then_scale"
+    act_quant_variant: str = "div"
+    act_scale_formula: str = "div448"
+    gemm_acc: str = "fp32"
+    gemm1_out: str = "bf16"
+    act_compute: str = "fp32"
+    act_out: str = "bf16"
+    requant_intermediate: bool = True
+    requant_variant: str = "div"
+    requant_scale_formula: str = "div448"
+    expert_out: str = "bf16"
+    combine: str = "fp32"
+    out: str = "bf16"
+
+    def __post_init__(self):
+        for field, allowed in (("sigmoid", SIGMOIDS), ("renorm_order", RENORM_ORDERS),
+                               ("act_quant_variant", QUANT_VARIANTS), ("requant_variant", QUANT_VARIANTS),
+                               ("act_scale_formula", SCALE_FORMULAS),
+                               ("requant_scale_formula", SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown Recipe fields {sorted(unknown)}")
+        return cls(**d)
+
+    def but(self, **changes):
+        return replace(self, **changes)
+
+
+# FlashInfer trtllm-gen BF16 (fi §1.1, sem §5.5): fp32 routing with bf16 weights written by the routing
+# kernel, activation fused into GEMM1's fp32 epilogue, bf16 GEMM2 output, fp32 finalize.
+TRTLLM_BF16 = Recipe(name="flashinfer_trtllm_bf16", routing_weights="bf16",
+                     renorm_order="scale_then_divide", gemm1_out="fp32")
+
+# FlashInfer trtllm-gen FP8 block (DeepSeekFp8, fi §1.3, sem §4.3): hidden states quantized by the caller
+# (SGLang's JIT kernel: s = amax·fl(1/448), q = x·fl(448·fl(1/amax))), activation in fp32, intermediate
+# re-quantized 1×128 inside the kernel, bf16 routing weights.
+TRTLLM_FP8_BLOCK = Recipe(name="flashinfer_trtllm_fp8_block", routing_weights="bf16",
+                          renorm_order="scale_then_divide", act_quant_variant="mul_rcp_amax",
+                          act_scale_formula="mul_rcp448", gemm1_out="fp32")
+
+# FlashInfer mono_moe (SM90a block-FP8 single kernel, fi §1.10): Hopper FP8 tensor-core accumulation.
+MONO_MOE = Recipe(name="flashinfer_mono_moe", gemm_acc="hopper_fp8", gemm1_out="fp32")
+
+# SGLang Triton FP8 block path (sem §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
+# bf16 intermediate caches, router weight in GEMM2's fp32 epilogue, fp32 moe_sum_reduce.
+SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_variant="mul_rcp_amax",
+                                 act_scale_formula="mul_rcp448", gemm_acc="hopper_fp8",
+                                 requant_variant="mul_rcp_amax", requant_scale_formula="mul_rcp448")
+
+NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, SGLANG_TRITON_FP8_BLOCK)}

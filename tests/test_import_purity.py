@@ -1,0 +1,49 @@
+"""spec/ imports numpy and the standard library only; impls/ never imports spec/; nothing imports jax."""
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def imported_modules(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import: stays inside its package
+                yield node.lineno, "." * node.level + (node.module or "")
+            else:
+                yield node.lineno, node.module
+
+
+def python_files(*dirs):
+    return sorted(p for d in dirs for p in (ROOT / d).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", python_files("spec"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_spec_imports_numpy_and_stdlib_only(path):
+    for lineno, name in imported_modules(path):
+        top = name.split(".")[0]
+        allowed = name.startswith(".") or top in ("numpy", "spec") or top in sys.stdlib_module_names
+        assert allowed, f"{path.relative_to(ROOT)}:{lineno} imports {name!r}; spec/ may import numpy + stdlib only"
+
+
+@pytest.mark.parametrize("path", python_files("impls"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_impls_do_not_import_spec_or_difftest(path):
+    for lineno, name in imported_modules(path):
+        top = name.split(".")[0]
+        assert top not in ("spec", "difftest"), (
+            f"{path.relative_to(ROOT)}:{lineno} imports {name!r}; impls/ must stay independent of spec/")
+
+
+@pytest.mark.parametrize("path", python_files("spec", "impls", "difftest", "tests", "benchmarks"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_jax_anywhere(path):
+    for lineno, name in imported_modules(path):
+        assert name.split(".")[0] not in ("jax", "jaxlib"), f"{path.relative_to(ROOT)}:{lineno} imports {name}"
