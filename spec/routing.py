@@ -1,0 +1,386 @@
+"""MoE routing: FlashInfer's RoutingMethodType methods and SGLang's grouped softmax, as executable math.
+
+Every method maps logits [T, E] (and a correction bias [E] where the method has one) to a ``Routing``:
+int32 ids [T, k + S], weights, and two decision margins. Semantics: moe_semantics.md §1 and
+flashinfer_api.md §1.8, §2; each method's docstring gives its formula.
+
+Precision. By default every step is float32, rounded where the kernels round: logits and bias are read
+as fp32 (the bias first rounded to bf16 with ``bias_dtype="bf16"``, SGLang before #28555 / #33591); exp
+is the float64 exp rounded once to fp32; sums run left to right in selection order; divisions are true
+divisions. ``ideal=True`` evaluates the same formulas in float64 with no rounding after the given inputs:
+the recipe's rounding choices (``bias_dtype``, ``sigmoid``, ``weights_dtype``, ``renorm_order``) do not
+apply there. Sigmoid ``"exact"`` is the float64 value rounded once to fp32, hence 0 below
+x = -150 ln 2 ≈ -103.97; ``"expf"`` is 1/(1 + fl(exp(-x))) in fp32, which is 0 once exp(-x) overflows,
+below x ≈ -88.72. When every selected sigmoid is 0 the renormalizing eps decides: 0/(0 + 0) = NaN,
+0/(0 + 1e-20) = 0.
+
+Ties. Selection is a stable sort on -key: equal keys → lower expert index first, equal group scores →
+lower group index first (trtllm-gen TopKRedType, moe_fused_gate). Columns of ids are in selection order.
+
+Special values follow IEEE arithmetic of the formulas as written, without warnings. A NaN key ranks below
+every number, -inf included, so a NaN expert (or group) is chosen only when too few others remain; a
+selected NaN weight makes its token's renormalized weights NaN. σ(+inf) = 1 and σ(-inf) = 0. A softmax
+row whose maximum is not finite (a NaN or +inf logit, or all -inf) is all NaN, and its ids are 0..k-1.
+Group scores rank NaN last as well: the top-2 sum and the max take the largest non-NaN keys first.
+
+Margins (float64 [T]): key of the last selected expert minus key of the first rejected expert of the kept
+groups (inf when none is rejected; 0 for equal keys, infinite ones included; NaN when either key is NaN);
+``group_margin`` likewise for group scores (inf when topk_group == n_group, e.g. n_group == 1).
+
+Scaling. Weights are multiplied by ``routed_scaling_factor`` (None → 1) whether or not they are
+renormalized, as in DeepSeek's reference gate, FlashInfer and vLLM; SGLang's torch paths apply it only
+inside ``renormalize`` and otherwise in the combine. ``renormalize`` is read by deepseek_v3, deepseek_v2
+and sigmoid_renorm (FlashInfer's always-normalizing DeepSeekV3 kernels are ``renormalize=True``); every
+other method's normalization is fixed by its name, and ``eps`` is read wherever a method renormalizes
+(FlashInfer's sigmoid_renorm and minimax2 kernels use eps = 1e-20). Fused shared experts: S extra columns
+with ids E, E+1, ..., E+S-1 and weight Σ(routed weights)/rsf (FlashInfer's deterministic convention;
+SGLang's torch path draws the shared id at random).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from spec.numerics import round_to
+from spec.recipes import RENORM_ORDERS, SIGMOIDS
+
+ROUTED_DTYPES = ("fp32", "bf16")  # allowed bias_dtype and weights_dtype
+_BIASED = ("deepseek_v3", "minimax2")
+_GROUPED = ("deepseek_v3", "deepseek_v2")
+
+
+class Routing(NamedTuple):
+    ids: np.ndarray            # int32 [T, k + S], columns in selection order (key desc, id asc)
+    weights: np.ndarray        # float32 (float64 when ideal) [T, k + S]
+    expert_margin: np.ndarray  # float64 [T]: key of last selected - key of first rejected (inf if none)
+    group_margin: np.ndarray   # float64 [T]: same for group scores (inf if no group is rejected)
+
+
+class _Options(NamedTuple):
+    top_k: int
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float | None = None
+    renormalize: bool = True
+    eps: float = 0.0
+    num_fused_shared_experts: int = 0
+    group_mask_value: float = -np.inf
+    bias_dtype: str = "fp32"
+    sigmoid: str = "exact"
+    weights_dtype: str = "fp32"
+    renorm_order: str = "divide_then_scale"
+    ideal: bool = False
+
+    @property
+    def dtype(self):
+        return np.float64 if self.ideal else np.float32
+
+    @property
+    def rsf(self):
+        return self.dtype(1.0 if self.routed_scaling_factor is None else self.routed_scaling_factor)
+
+
+def _require(ok, message):
+    if not ok:
+        raise ValueError(message)
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_options(method, o, num_experts):
+    E, k, G, tg = num_experts, o.top_k, o.n_group, o.topk_group
+    _require(_is_int(k) and k >= 1, f"top_k must be an integer >= 1, got {k!r}")
+    _require(k <= E, f"top_k={k} > num_experts={E}")
+    _require(_is_int(G) and G >= 1, f"n_group must be an integer >= 1, got {G!r}")
+    _require(_is_int(tg) and tg >= 1, f"topk_group must be an integer >= 1, got {tg!r}")
+    _require(E % G == 0, f"num_experts={E} is not divisible by n_group={G}")
+    _require(tg <= G, f"topk_group={tg} > n_group={G}")
+    _require(method in _GROUPED or G == tg == 1,
+             f"{method} has no expert groups: n_group and topk_group must be 1")
+    _require(k <= tg * (E // G),
+             f"top_k={k} > topk_group*num_experts/n_group={tg * (E // G)} (experts in the kept groups)")
+    _require(method != "deepseek_v3" or G == 1 or E // G >= 2,
+             f"deepseek_v3 group score is a top-2 sum: num_experts/n_group={E // G} must be >= 2")
+    _require(method != "llama4" or k == 1, f"llama4 routes to exactly one expert: top_k={k} must be 1")
+    _require(method == "deepseek_v2" or o.group_mask_value == -np.inf,
+             f"group_mask_value applies to deepseek_v2 only; {method} masks dropped groups with -inf")
+    _require(not np.isnan(o.group_mask_value), "group_mask_value must not be NaN")
+    rsf = o.routed_scaling_factor
+    _require(rsf is None or (np.isfinite(rsf) and rsf > 0),
+             f"routed_scaling_factor must be None or finite and > 0, got {rsf!r}")
+    _require(np.isfinite(o.eps) and o.eps >= 0, f"eps must be finite and >= 0, got {o.eps!r}")
+    S = o.num_fused_shared_experts
+    _require(_is_int(S) and S >= 0, f"num_fused_shared_experts must be an integer >= 0, got {S!r}")
+    _require(o.renormalize in (True, False), f"renormalize must be a bool, got {o.renormalize!r}")
+    _require(o.ideal in (True, False), f"ideal must be a bool, got {o.ideal!r}")
+    for name, value, allowed in (("bias_dtype", o.bias_dtype, ROUTED_DTYPES),
+                                 ("sigmoid", o.sigmoid, SIGMOIDS),
+                                 ("weights_dtype", o.weights_dtype, ROUTED_DTYPES),
+                                 ("renorm_order", o.renorm_order, RENORM_ORDERS)):
+        _require(value in allowed, f"{name}={value!r} is not one of {allowed}")
+
+
+def _read(method, logits, bias, options):
+    """Validate one call; return logits and bias in the working dtype (fp32; fp64 if ideal) + options."""
+    o = _Options(**options)
+    logits = np.asarray(logits)
+    _require(logits.dtype.kind == "f", f"logits must be a floating-point array, got dtype {logits.dtype}")
+    _require(logits.ndim == 2 and logits.shape[1] >= 1,
+             f"logits must be 2-D [T, E] with E >= 1, got shape {logits.shape}")
+    E = logits.shape[1]
+    _check_options(method, o, E)
+    if method not in _BIASED:
+        _require(bias is None, f"{method} takes no correction bias")
+        return logits.astype(o.dtype), None, o
+    bias = np.zeros(E, o.dtype) if bias is None else np.asarray(bias)
+    _require(bias.dtype.kind == "f", f"bias must be a floating-point array, got dtype {bias.dtype}")
+    _require(bias.shape == (E,), f"bias must have shape [E] = ({E},), got {bias.shape}")
+    bias = bias.astype(o.dtype)
+    if not o.ideal:
+        bias = round_to(bias, o.bias_dtype)
+    return logits.astype(o.dtype), bias, o
+
+
+def _sum_in_order(x):
+    """Σ_j x[:, j], left to right in x's dtype (the kernels accumulate in selection order)."""
+    total = np.zeros(x.shape[0], x.dtype)
+    for j in range(x.shape[1]):
+        total = total + x[:, j]
+    return total
+
+
+def _exp(x, dtype):
+    """fl(exp(x)): the float64 exponential rounded once to dtype (overflow → inf, underflow → 0)."""
+    return np.exp(x.astype(np.float64)).astype(dtype)
+
+
+def _sigmoid(x, o):
+    """σ(x) = 1/(1 + exp(-x)); "exact": the float64 value rounded once; "expf": exp, sum and quotient each
+    rounded to fp32."""
+    if o.ideal or o.sigmoid == "exact":
+        return (1 / (1 + np.exp(-x.astype(np.float64)))).astype(o.dtype)
+    one = o.dtype(1)
+    return one / (one + _exp(-x, o.dtype))
+
+
+def _softmax(x, dtype):
+    """p = exp(x - max x) / Σ exp(x - max x) per row: difference and exp rounded, Σ left to right, true
+    division."""
+    e = _exp(x - x.max(axis=-1, keepdims=True), dtype)
+    return e / _sum_in_order(e)[:, None]
+
+
+def _gather(a, ids):
+    return np.take_along_axis(a, ids, axis=-1)
+
+
+def _difference(a, b):
+    """a - b in float64, 0 where a == b (so equal infinite keys are a tie, not NaN)."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return np.where(a == b, 0.0, a - b)
+
+
+def _top_k(keys, k, candidates=None):
+    """ids = first k of a stable sort on -keys (ties → lower index, NaN last); margin = key of the last id
+    minus key of the first rejected candidate (inf when every candidate is selected)."""
+    order = np.argsort(-keys, axis=-1, kind="stable")
+    ids, rest = order[:, :k], order[:, k:]
+    if rest.shape[1] == 0:
+        return ids, np.full(len(keys), np.inf)
+    eligible = np.ones(rest.shape, bool) if candidates is None else _gather(candidates, rest)
+    first_rejected = _gather(rest, eligible.argmax(axis=-1)[:, None])
+    margin = _difference(_gather(keys, ids[:, -1:]), _gather(keys, first_rejected))[:, 0]
+    return ids, np.where(eligible.any(axis=-1), margin, np.inf)
+
+
+def _top2_sum(grouped):
+    """DeepSeek-V3 group score: the two largest keys of the group added (one rounding); NaN ranks last."""
+    top = -np.sort(-grouped, axis=-1)
+    return top[..., 0] + top[..., 1]
+
+
+def _group_max(grouped):
+    """DeepSeek-V2 group score: the largest key of the group; NaN ranks last."""
+    return -np.sort(-grouped, axis=-1)[..., 0]
+
+
+def _kept_groups(keys, o, group_score):
+    """Mask [T, E] of the experts in the topk_group groups with the highest score (ties → lower group) and
+    the group margin."""
+    T, E = keys.shape
+    if o.n_group == 1:  # no group score at all (FlashInfer's n_group=1 path): nothing to rank or reject
+        return np.ones(keys.shape, bool), np.full(T, np.inf)
+    groups, margin = _top_k(group_score(keys.reshape(T, o.n_group, E // o.n_group)), o.topk_group)
+    kept = np.zeros((T, o.n_group), bool)
+    np.put_along_axis(kept, groups, True, axis=-1)
+    return np.repeat(kept, E // o.n_group, axis=-1), margin
+
+
+def _scale(w, o):
+    """w · rsf."""
+    return w * o.rsf
+
+
+def _renormalized(w, o):
+    """w/(Σw + eps)·rsf ("divide_then_scale"), or w·rsf/(Σw + eps) ("scale_then_divide", trtllm-gen)."""
+    denominator = (_sum_in_order(w) + o.dtype(o.eps))[:, None]
+    if o.renorm_order == "scale_then_divide" and not o.ideal:
+        return w * o.rsf / denominator
+    return w / denominator * o.rsf
+
+
+def _routing(ids, w, expert_margin, group_margin, num_experts, o):
+    """Append S fused shared experts (ids E, E+1, ...; weight Σ routed w / rsf), then write the weights in
+    weights_dtype."""
+    T, S = len(ids), o.num_fused_shared_experts
+    shared = np.repeat((_sum_in_order(w) / o.rsf)[:, None], S, axis=1)
+    ids = np.concatenate([ids, np.broadcast_to(num_experts + np.arange(S), (T, S))], axis=1)
+    w = np.concatenate([w, shared], axis=1)
+    if not o.ideal:
+        w = round_to(w, o.weights_dtype)
+    return Routing(ids.astype(np.int32), w, expert_margin, group_margin)
+
+
+_METHODS = {}
+
+
+def _method(fn):
+    """Register a routing method under its name; IEEE special values are results here, not warnings."""
+    _METHODS[fn.__name__] = np.errstate(all="ignore")(fn)
+    return _METHODS[fn.__name__]
+
+
+def _no_groups(x):
+    return np.full(len(x), np.inf)
+
+
+@_method
+def default(logits, bias=None, **options):
+    """p = softmax(x) over all E; ids = top-k of p; w = p[ids]·rsf (no renormalization)."""
+    x, _, o = _read("default", logits, bias, options)
+    p = _softmax(x, o.dtype)
+    ids, margin = _top_k(p, o.top_k)
+    return _routing(ids, _scale(_gather(p, ids), o), margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def renormalize(logits, bias=None, **options):
+    """ids = top-k of the raw logits x; w = softmax(x[ids]) over the k picks, ·rsf (Mixtral / Qwen3)."""
+    x, _, o = _read("renormalize", logits, bias, options)
+    ids, margin = _top_k(x, o.top_k)
+    return _routing(ids, _scale(_softmax(_gather(x, ids), o.dtype), o), margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def renormalize_naive(logits, bias=None, **options):
+    """p = softmax(x); ids = top-k of p; w = p[ids]/(Σ p[ids] + eps)·rsf."""
+    x, _, o = _read("renormalize_naive", logits, bias, options)
+    p = _softmax(x, o.dtype)
+    ids, margin = _top_k(p, o.top_k)
+    return _routing(ids, _renormalized(_gather(p, ids), o), margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def deepseek_v3(logits, bias=None, **options):
+    """s = σ(x), c = s + b; keep the topk_group groups with the largest top-2 sum of c; ids = top-k of c in
+    them; w = s[ids]/(Σ s[ids] + eps)·rsf if renormalize else s[ids]·rsf (weights from the unbiased s)."""
+    x, b, o = _read("deepseek_v3", logits, bias, options)
+    s = _sigmoid(x, o)
+    c = s + b
+    kept, group_margin = _kept_groups(c, o, _top2_sum)
+    ids, margin = _top_k(np.where(kept, c, o.dtype(-np.inf)), o.top_k, kept)
+    w = _renormalized(_gather(s, ids), o) if o.renormalize else _scale(_gather(s, ids), o)
+    return _routing(ids, w, margin, group_margin, x.shape[1], o)
+
+
+@_method
+def llama4(logits, bias=None, **options):
+    """id = argmax x (top_k must be 1; first maximum wins); w = σ(x[id])·rsf."""
+    x, _, o = _read("llama4", logits, bias, options)
+    ids, margin = _top_k(x, o.top_k)
+    return _routing(ids, _scale(_sigmoid(_gather(x, ids), o), o), margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def topk(logits, bias=None, **options):
+    """ids = top-k of the raw logits x; w = x[ids]·rsf (no softmax)."""
+    x, _, o = _read("topk", logits, bias, options)
+    ids, margin = _top_k(x, o.top_k)
+    return _routing(ids, _scale(_gather(x, ids), o), margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def sigmoid_renorm(logits, bias=None, **options):
+    """s = σ(x); ids = top-k of s; w = s[ids]/(Σ s[ids] + eps)·rsf if renormalize (norm_topk_prob), else
+    s[ids]·rsf."""
+    x, _, o = _read("sigmoid_renorm", logits, bias, options)
+    s = _sigmoid(x, o)
+    ids, margin = _top_k(s, o.top_k)
+    w = _renormalized(_gather(s, ids), o) if o.renormalize else _scale(_gather(s, ids), o)
+    return _routing(ids, w, margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def sigmoid(logits, bias=None, **options):
+    """s = σ(x); ids = top-k of s (saturated sigmoids tie); w = s[ids]·rsf (no renormalization)."""
+    x, _, o = _read("sigmoid", logits, bias, options)
+    s = _sigmoid(x, o)
+    ids, margin = _top_k(s, o.top_k)
+    return _routing(ids, _scale(_gather(s, ids), o), margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def topk_sigmoid(logits, bias=None, **options):
+    """ids = top-k of the raw logits x; w = σ(x[ids])·rsf (no renormalization)."""
+    x, _, o = _read("topk_sigmoid", logits, bias, options)
+    ids, margin = _top_k(x, o.top_k)
+    return _routing(ids, _scale(_sigmoid(_gather(x, ids), o), o), margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def minimax2(logits, bias=None, **options):
+    """s = σ(x); ids = top-k of s + b; w = s[ids]/(Σ s[ids] + eps)·rsf (weights from the unbiased s)."""
+    x, b, o = _read("minimax2", logits, bias, options)
+    s = _sigmoid(x, o)
+    ids, margin = _top_k(s + b, o.top_k)
+    return _routing(ids, _renormalized(_gather(s, ids), o), margin, _no_groups(x), x.shape[1], o)
+
+
+@_method
+def deepseek_v2(logits, bias=None, **options):
+    """p = softmax(x); keep the topk_group groups with the largest max p; q = p there, group_mask_value
+    elsewhere (SGLang 0.0, vLLM -inf); ids = top-k of q; w = q[ids]/(Σ q[ids] + eps)·rsf if renormalize
+    else q[ids]·rsf."""
+    x, _, o = _read("deepseek_v2", logits, bias, options)
+    p = _softmax(x, o.dtype)
+    kept, group_margin = _kept_groups(p, o, _group_max)
+    q = np.where(kept, p, o.dtype(o.group_mask_value))
+    ids, margin = _top_k(q, o.top_k, kept)
+    w = _renormalized(_gather(q, ids), o) if o.renormalize else _scale(_gather(q, ids), o)
+    return _routing(ids, w, margin, group_margin, x.shape[1], o)
+
+ROUTING_METHODS = tuple(_METHODS)
+
+
+def route(logits, bias=None, *, method, **options):
+    """Route with the named method of ROUTING_METHODS. Options, all keyword: top_k, n_group=1, topk_group=1,
+    routed_scaling_factor=None, renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=-inf,
+    bias_dtype="fp32", sigmoid="exact", weights_dtype="fp32", renorm_order="divide_then_scale",
+    ideal=False."""
+    _require(method in _METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
+    return _METHODS[method](logits, bias, **options)
+
+
+def expert_parallel_ids(ids, local_expert_offset, local_num_experts):
+    """ids where local_expert_offset <= id < local_expert_offset + local_num_experts, else -1; ids stay
+    global."""
+    ids = np.asarray(ids)
+    _require(ids.dtype.kind in "iu", f"ids must be an integer array, got dtype {ids.dtype}")
+    _require(_is_int(local_expert_offset) and local_expert_offset >= 0,
+             f"local_expert_offset must be an integer >= 0, got {local_expert_offset!r}")
+    _require(_is_int(local_num_experts) and local_num_experts >= 0,
+             f"local_num_experts must be an integer >= 0, got {local_num_experts!r}")
+    local = (ids >= local_expert_offset) & (ids < local_expert_offset + local_num_experts)
+    return np.where(local, ids, -1).astype(np.int32)
