@@ -1,0 +1,104 @@
+"""FlashInfer ``fused_topk_deepseek``: standalone DeepSeek-V3 routing (fi §1.8), runs on SM89/90/10x/12x.
+
+Kernel math (``data/csrc/fused_moe/noAuxTcKernels.cu``, read in the 0.7.2.post1 wheel): ``s =
+0.5·tanhf(0.5·x) + 0.5`` in fp32 (so s is exactly 0 for x below about -17.3, where the true sigmoid is
+still a normal fp32), key = s + bias (fp32), group score = top-2 sum, top ``topk_group`` groups, top-k by
+key with ties to the lower expert id, weight = ``(s·rsf) / (Σs + 1e-20)`` evaluated in double (rsf is a
+double) from the fp32 warp-reduced Σs, rounded once to the logits' dtype. Always renormalizes.
+"""
+
+from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_torch
+
+NAME = "flashinfer.fused_topk_deepseek"
+OP = "routing"
+DETERMINISTIC = True
+RECIPE = "flashinfer_fused_topk_deepseek"  # routing-only recipe: see RECIPE_FIELDS
+RECIPE_FIELDS = {"logits": "per case (fp32 | bf16)", "bias": "fp32", "sigmoid": "tanh",
+                 "routing_weights": "logits dtype", "renorm_order": "scale_then_divide", "eps": 1e-20}
+CAPABILITIES = ((8, 9), (9, 0), (10, 0), (10, 3), (10, 7), (12, 0), (12, 1))
+EPS = 1e-20
+LOGITS_DTYPES = ("fp32", "bf16")
+
+
+def available():
+    return first_problem(flashinfer_problem, lambda: cuda_problem(CAPABILITIES))
+
+
+def unsupported(config):
+    """None when a RoutingConfig-like ``config`` is within the kernel's limits; else the violated one."""
+    c = config
+    if c.method != "deepseek_v3":
+        return f"method {c.method!r}: the kernel computes deepseek_v3 routing only"
+    if c.logits_dtype not in LOGITS_DTYPES:
+        return f"logits_dtype {c.logits_dtype!r} not in {LOGITS_DTYPES} (fp16 is accepted but not modelled)"
+    if c.bias_dtype not in (None, "fp32", "bf16"):
+        return f"bias_dtype {c.bias_dtype!r} not in (None, 'fp32', 'bf16')"
+    if not c.renormalize:
+        return "renormalize=False: the kernel always renormalizes"
+    if c.eps != EPS:
+        return f"eps={c.eps}: the kernel always adds {EPS} to the sum"
+    if c.num_fused_shared_experts:
+        return "fused shared experts are appended by the caller, not the kernel"
+    return _limits(c.num_experts, c.n_group, c.topk_group, c.top_k)
+
+
+def _limits(E, n_group, topk_group, top_k):
+    if top_k > 8:
+        return f"top_k={top_k} > 8"
+    if topk_group > n_group or topk_group * n_group < top_k:
+        return f"needs topk_group <= n_group and topk_group*n_group >= top_k (got {topk_group}, {n_group}, {top_k})"
+    if n_group > 1:
+        if E % n_group:
+            return f"num_experts={E} is not a multiple of n_group={n_group}"
+        if E // n_group > 32:
+            return f"num_experts/n_group={E // n_group} > 32"
+        if E // n_group * topk_group > 128:
+            return f"num_experts/n_group*topk_group={E // n_group * topk_group} > 128"
+        if top_k > topk_group * (E // n_group):
+            return f"top_k={top_k} > experts in the kept groups ({topk_group * (E // n_group)})"
+    elif E > 384:
+        return f"num_experts={E} > 384 with n_group=1"
+    return None
+
+
+def fused_topk_deepseek(scores, bias, *, n_group, topk_group, top_k, routed_scaling_factor):
+    """scores [T, E] fp32|bf16 contiguous CUDA, bias [E] fp32|bf16 -> (weights [T, k] scores' dtype, ids [T, k] int32)."""
+    import torch
+    from flashinfer.fused_moe import fused_topk_deepseek as kernel
+
+    if scores.dim() != 2 or not scores.is_contiguous():
+        raise ValueError(f"scores must be a contiguous [T, E] tensor, got shape {tuple(scores.shape)}")
+    if scores.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"scores dtype must be float32 or bfloat16, got {scores.dtype}")
+    if bias.shape != (scores.shape[1],) or not bias.is_contiguous():
+        raise ValueError(f"bias must be a contiguous [E={scores.shape[1]}] tensor, got {tuple(bias.shape)}")
+    problem = _limits(scores.shape[1], n_group, topk_group, top_k)
+    if problem:
+        raise ValueError(problem)
+    T = scores.shape[0]
+    weights = torch.empty(T, top_k, dtype=scores.dtype, device=scores.device)
+    ids = torch.empty(T, top_k, dtype=torch.int32, device=scores.device)
+    kernel(scores, bias, n_group, topk_group, top_k, float(routed_scaling_factor), weights, ids)
+    return weights, ids
+
+
+def run(config, inputs, device="cuda"):
+    """inputs {"logits" [T, E] float32 (values of logits_dtype), "bias" [E] or absent} -> {"ids", "weights"}.
+
+    ``weights`` come back as float32 holding values of the logits' dtype, in selection order; ids are
+    int32 in the kernel's column order (descending key, ties to the lower id).
+    """
+    import numpy as np
+    import torch
+
+    scores = to_torch(inputs["logits"], config.logits_dtype, device)
+    bias_np = inputs.get("bias")
+    if bias_np is None:
+        bias_np = np.zeros(config.num_experts, np.float32)  # s + 0 == s exactly: same keys as no bias
+    bias = to_torch(bias_np, "fp32", device)
+    if config.bias_dtype == "bf16":
+        bias = bias.to(torch.bfloat16)  # the caller's cast (pre-fix SGLang, sem §5.4): RNE to bf16
+    rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
+    weights, ids = fused_topk_deepseek(scores, bias, n_group=config.n_group, topk_group=config.topk_group,
+                                       top_k=config.top_k, routed_scaling_factor=rsf)
+    return {"ids": to_numpy(ids), "weights": to_numpy(weights)}

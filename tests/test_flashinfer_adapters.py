@@ -1,0 +1,154 @@
+"""FlashInfer adapters on CPU: weight preparation against its inverse, argument layouts, availability reasons."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
+                                reason="flashinfer-python not installed (pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
+torch = pytest.importorskip("torch")
+
+from impls.flashinfer import ADAPTERS, adapter  # noqa: E402
+from impls.flashinfer import _prep  # noqa: E402
+
+
+def rows(M, K=4):
+    """[M, K] bf16 whose row r holds r in every column: a row permutation reads off as a vector."""
+    return torch.arange(M, dtype=torch.bfloat16).repeat_interleave(K).view(M, K)
+
+
+def test_up_gate_rows_swaps_halves_and_is_its_own_inverse():
+    w = rows(8)[None]
+    swapped = _prep.up_gate_rows(w, "gate_up")
+    assert swapped[0, :, 0].tolist() == [4, 5, 6, 7, 0, 1, 2, 3]
+    assert torch.equal(_prep.up_gate_rows(swapped, "gate_up"), w)
+    assert _prep.up_gate_rows(w, "up_gate") is w
+
+
+def test_reorder_gated_interleaves_up_and_gate():
+    got = _prep.reorder_gated(rows(8))[:, 0].tolist()
+    assert got == [0, 4, 1, 5, 2, 6, 3, 7], f"reorder_rows_for_gated_act_gemm gave {got}"
+
+
+@pytest.mark.parametrize("tile, block", [(128, 32), (64, 16)])
+def test_shuffle_rows_matches_documented_permutation_and_inverts(tile, block):
+    M = 128
+    w = rows(M)
+    got = _prep.shuffle_rows(w, tile)[:, 0].to(torch.int64)
+    r = torch.arange(block)
+    within = (r % 8) * (block // 8) + r // 8  # fi §3: output row r of a block = input row (r%8)*(block/8) + r//8
+    expected = (torch.arange(M) // block * block) + within.repeat(M // block)
+    assert torch.equal(got, expected), f"tile {tile}: first rows {got[:block].tolist()}"
+    inverse = torch.empty_like(got)
+    inverse[got] = torch.arange(M)
+    assert torch.equal(_prep.shuffle_rows(w, tile)[inverse], w)
+
+
+@pytest.mark.parametrize("dtype, per_block", [(torch.bfloat16, 64), (torch.float8_e4m3fn, 128)])
+def test_block_major_k_shape_strides_and_inverse(dtype, per_block):
+    M, K = 16, 256
+    w = torch.arange(M * K, dtype=torch.float32).remainder(251).view(M, K).to(dtype)
+    b = _prep.block_major_k(w)
+    assert b.shape == (K // per_block, M, per_block) and b.is_contiguous()
+    assert b.stride() == (M * per_block, per_block, 1)
+    back = b.permute(1, 0, 2).reshape(M, K)
+    assert torch.equal(back.view(torch.uint8), w.view(torch.uint8)), "BlockMajorK is not [K/blk, M, blk] of w"
+
+
+def test_transposed_hidden_scale_is_zero_copy_of_column_major():
+    T, G = 5, 3
+    buf = torch.arange(G * T, dtype=torch.float32).view(G, T)
+    col_major = buf.t()  # [T, G], strides (1, T): SGLang's column_major_scales=True
+    t = _prep.transposed_hidden_scale(col_major)
+    assert t.shape == (G, T) and t.is_contiguous() and t.data_ptr() == buf.data_ptr()
+
+
+def test_transposed_hidden_scale_refuses_row_major():
+    with pytest.raises(ValueError, match="column-major"):
+        _prep.transposed_hidden_scale(torch.zeros(5, 3))
+
+
+def test_fp8_quantize_hidden_layout_and_values():
+    mod = adapter("trtllm_fp8_block_scale_moe")
+    x = torch.linspace(-3, 3, 4 * 256).view(4, 256).to(torch.bfloat16)
+    q, s = mod.quantize_hidden(x)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == (4, 256)
+    assert s.shape == (4, 2) and s.stride() == (1, 4), f"scales strides {s.stride()}, want column-major (1, 4)"
+    amax = x.float().view(4, 2, 128).abs().amax(-1)
+    assert torch.equal(s, amax * torch.tensor(1 / 448, dtype=torch.float32))
+    deq = q.float().view(4, 2, 128) * s[..., None]
+    err = (deq - x.float().view(4, 2, 128)).abs() / amax[..., None]
+    # q = x·448/amax lies in [-448, 448]; the e4m3 quantum in [256, 448] is 32, so |error| <= 16/448 of amax
+    assert err.max() <= 16 / 448 * (1 + 2.0 ** -20), f"max |dequant error|/amax {err.max():.3g}"
+
+
+def test_mono_moe_gate_up_rows():
+    mod = adapter("mono_moe")
+    w = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    assert mod.gate_up_rows(w, "up_gate")[0, :, 0].tolist() == [4, 5, 6, 7, 0, 1, 2, 3]
+    assert mod.gate_up_rows(w, "gate_up") is w
+
+
+def test_mono_moe_interleave_pairs_gate_and_up_rows():
+    from flashinfer.fused_moe.monomoe import interleave_for_tma_wgmma_up
+
+    E, N = 1, 64
+    w = torch.arange(2 * N, dtype=torch.float32).repeat_interleave(2).view(E, 2 * N, 2)
+    got = interleave_for_tma_wgmma_up(w)[0, :, 0].to(torch.int64).tolist()
+    assert got[:16] == list(range(8)) + list(range(N, N + 8)), got[:16]
+    assert sorted(got) == list(range(2 * N))
+
+
+def test_enums_are_members():
+    from flashinfer.fused_moe import RoutingMethodType
+
+    from impls.flashinfer import _trtllm
+
+    assert _trtllm.routing_method("deepseek_v3") is RoutingMethodType.DeepSeekV3
+    assert _trtllm.routing_method("sigmoid") is RoutingMethodType.Sigmoid
+    with pytest.raises(ValueError, match="RoutingMethodType"):
+        _trtllm.routing_method("deepseek_v2")
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_availability_names_the_reason_on_cpu(name, monkeypatch):
+    monkeypatch.delenv("DIFFTEST_ENABLE_CUTLASS", raising=False)
+    reason = adapter(name).available()
+    expected = ("cutlass_fused_moe is opt-in" if name == "cutlass_fused_moe"
+                else "no CUDA device (torch.cuda.is_available() is False)")
+    assert reason is not None and reason.startswith(expected), reason
+
+
+def test_availability_reports_wrong_version(monkeypatch):
+    from impls.flashinfer import _env
+
+    monkeypatch.setattr(_env, "_dist_version", lambda name: "0.6.13")
+    assert _env.flashinfer_problem() == "flashinfer-python 0.6.13 is installed, expected 0.7.2.post1"
+
+
+def test_cubin_problem_names_missing_file(monkeypatch, tmp_path):
+    from impls.flashinfer import _env
+
+    monkeypatch.setattr(_env, "cubin_dir", lambda: tmp_path)
+    problem = _env.cubin_problem()
+    assert problem.startswith("trtllm-gen cubins unavailable offline") and "checksums.txt" in problem
+
+
+def test_capability_gate_message(monkeypatch):
+    from impls.flashinfer import _env, _trtllm
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (9, 0))
+    assert _env.cuda_problem(_trtllm.CAPABILITIES) == "compute capability 9.0 not supported (needs 10.0/10.3)"
+
+
+def test_fused_topk_limits():
+    from impls.flashinfer.fused_topk_deepseek import _limits
+
+    assert _limits(256, 8, 4, 8) is None
+    assert _limits(512, 8, 4, 8) == "num_experts/n_group=64 > 32"
+    # FlashInfer's own check requires topk_group*n_group >= top_k, so n_group=1 means top_k=1
+    assert _limits(256, 1, 1, 1) is None and _limits(512, 1, 1, 1) == "num_experts=512 > 384 with n_group=1"
+    assert _limits(256, 1, 1, 8).startswith("needs topk_group <= n_group and topk_group*n_group >= top_k")
+    assert _limits(256, 8, 4, 9) == "top_k=9 > 8"
