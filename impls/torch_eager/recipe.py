@@ -1,0 +1,23 @@
+"""Where impls/torch_eager rounds, per quant path, keyed by the field names of spec/recipes.py ``Recipe``.
+
+Routing fields are the defaults of ``route``; its keywords bias_dtype, weights_dtype and renorm_order override
+them per call. The sigmoid is "exact": float64 sigmoid rounded once to fp32 (routing.sigmoid).
+Quantized paths: activations and the bf16 intermediate are quantized per token with s = fl(amax / 448) and
+q = e4m3(x / s) (fp8_block, groups of 128); mxfp8 rounds that s up to a power of two (groups of 32, the
+"ceil448" rule, exact x / s); nvfp4 uses groups of 16, a per-token encode global scale and the TRT-LLM scale
+math (quant.nvfp4_quant). GEMMs accumulate in fp32 (see layer.py for the per-block order of fp8_block).
+"""
+
+_BASE = dict(logits="fp32", bias="fp32", sigmoid="exact", routing_weights="fp32",
+             renorm_order="divide_then_scale", act_quant_variant="div", act_scale_formula="div448",
+             gemm_acc="fp32", gemm1_out="bf16", act_compute="fp32", act_out="bf16", requant_intermediate=True,
+             requant_variant="div", requant_scale_formula="div448", mx_rule="ceil448",
+             router_weight_at="gemm2", expert_out="bf16", combine="fp32",
+             out="bf16")
+
+RECIPE = {
+    "bf16": {**_BASE, "name": "torch_eager_bf16", "requant_intermediate": False},
+    "fp8_block": {**_BASE, "name": "torch_eager_fp8_block"},
+    "mxfp8": {**_BASE, "name": "torch_eager_mxfp8"},
+    "nvfp4": {**_BASE, "name": "torch_eager_nvfp4"},
+}

@@ -1,0 +1,201 @@
+"""MoE routing in torch: FlashInfer ``RoutingMethodType`` methods (snake case) and SGLang's grouped softmax.
+
+Every method reads the logits as given (any float dtype), computes sigmoid / softmax in float64 and rounds
+the result to fp32 once (correctly rounded, so an underflowing sigmoid is the true subnormal, not expf's 0).
+All later arithmetic is fp32: bias add, top-2 group sums, the sum of the selected weights (left to right in
+selection order), the divide by (sum + eps) and the rsf multiply.
+
+Selection: larger key first; equal keys -> lower expert index; equal group scores -> lower group index. NaN
+keys rank above every number (torch.sort's order). ids come in selection order.
+"""
+
+import torch
+
+ROUTING_METHODS = ("default", "renormalize", "renormalize_naive", "deepseek_v3", "llama4", "topk",
+                   "sigmoid_renorm", "sigmoid", "topk_sigmoid", "minimax2", "deepseek_v2")
+GROUPED = ("deepseek_v3", "deepseek_v2")
+BIASED = ("deepseek_v3", "minimax2")
+RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
+
+
+def sigmoid(logits):
+    """fp32(1 / (1 + exp(-x))) computed in float64: correctly rounded except within 2^-29 of a tie."""
+    return torch.sigmoid(logits.double()).float()
+
+
+def softmax(logits):
+    """fp32(softmax(x)) over the last dim, computed in float64."""
+    return torch.softmax(logits.double(), dim=-1).float()
+
+
+def topk_ids(keys, k):
+    """ids [T, k] of the k largest keys per row: key descending, then index ascending (stable sort)."""
+    return torch.sort(keys, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+def group_mask(keys, group_scores, topk_group, mask_value):
+    """keys with every expert outside the topk_group best groups set to mask_value. [T, E] -> [T, E]."""
+    T, G = group_scores.shape
+    kept = topk_ids(group_scores, topk_group)  # [T, tg]; ties: lower group index
+    keep = torch.zeros(T, G, dtype=torch.bool, device=keys.device).scatter_(1, kept, True)
+    keep = keep.repeat_interleave(keys.shape[1] // G, dim=1)  # [T, E]
+    return keys.masked_fill(~keep, mask_value)
+
+
+def top2_sum(keys, n_group):
+    """Group score = sum of the two largest keys of each group (fp32). [T, E] -> [T, G]."""
+    T, E = keys.shape
+    top2 = torch.sort(keys.view(T, n_group, E // n_group), dim=-1, descending=True).values[..., :2]
+    return top2[..., 0] + top2[..., 1]
+
+
+def ordered_sum(w):
+    """fp32 sum over the last dim, left to right (selection order), so the rounding sequence is fixed."""
+    total = w[..., 0]
+    for j in range(1, w.shape[-1]):
+        total = total + w[..., j]
+    return total
+
+
+def _keys_and_scores(method, logits, bias, n_group, topk_group, group_mask_value):
+    """(selection keys [T, E], scores [T, E] the weights are gathered from), both fp32."""
+    x = logits.float()
+    if method in ("default", "renormalize_naive"):
+        s = softmax(logits)
+        return s, s
+    if method in ("renormalize", "topk"):
+        return x, x
+    if method in ("llama4", "topk_sigmoid"):
+        return x, sigmoid(logits)
+    if method in ("sigmoid_renorm", "sigmoid"):
+        s = sigmoid(logits)
+        return s, s
+    if method == "minimax2":
+        s = sigmoid(logits)
+        return (s if bias is None else s + bias), s
+    if method == "deepseek_v3":
+        s = sigmoid(logits)
+        c = s if bias is None else s + bias  # selection uses the biased score, weights the unbiased one
+        if n_group > 1:
+            c = group_mask(c, top2_sum(c, n_group), topk_group, float("-inf"))
+        return c, s
+    s = softmax(logits)  # deepseek_v2: group score is the group max; weights come from the masked softmax
+    if n_group > 1:
+        T, E = s.shape
+        s = group_mask(s, s.view(T, n_group, E // n_group).amax(-1), topk_group, group_mask_value)
+    return s, s
+
+
+def normalize(w, *, eps, rsf, renorm_order):
+    """w / (sum + eps) * rsf ("divide_then_scale") or w * rsf / (sum + eps) ("scale_then_divide"), fp32."""
+    denom = (ordered_sum(w) + eps).unsqueeze(-1)
+    if rsf is None:
+        return w / denom
+    return w / denom * rsf if renorm_order == "divide_then_scale" else w * rsf / denom
+
+
+def selected_weights(method, logits, scores, ids, *, renormalize, eps, rsf, renorm_order):
+    """Routed weights [T, k] fp32 of the experts ids, from the scores of their method."""
+    if method == "renormalize":  # softmax over the k selected logits
+        w = softmax(logits.gather(1, ids))
+        return w if rsf is None else w * rsf
+    w = scores.gather(1, ids)
+    normalizes = method in ("renormalize_naive", "minimax2") or (
+        renormalize and method in ("deepseek_v3", "deepseek_v2", "sigmoid_renorm"))
+    if normalizes:
+        return normalize(w, eps=eps, rsf=rsf, renorm_order=renorm_order)
+    return w if rsf is None else w * rsf
+
+
+def append_shared(ids, w, num_experts, num_shared, rsf):
+    """Fused shared experts: ids E..E+S-1 and weight sum(routed w) / rsf (rsf None -> 1), appended."""
+    if num_shared == 0:
+        return ids, w
+    T = ids.shape[0]
+    shared_ids = torch.arange(num_experts, num_experts + num_shared, dtype=ids.dtype, device=ids.device)
+    divisor = torch.tensor(1.0 if rsf is None else rsf, dtype=torch.float32, device=w.device)
+    shared_w = ordered_sum(w) / divisor  # a tensor divisor: CUDA divides by python scalars via a reciprocal
+    return (torch.cat([ids, shared_ids.expand(T, num_shared)], dim=1),
+            torch.cat([w, shared_w.unsqueeze(1).expand(T, num_shared)], dim=1))
+
+
+def check_routing(logits, bias, *, method, top_k, n_group, topk_group, routed_scaling_factor, eps,
+                  num_fused_shared_experts, bias_dtype, weights_dtype, renorm_order):
+    """Raise ValueError naming the first violated constraint."""
+    if method not in ROUTING_METHODS:
+        raise ValueError(f"method {method!r} is not one of {ROUTING_METHODS}")
+    if logits.ndim != 2 or not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating [T, E] tensor, got {tuple(logits.shape)} {logits.dtype}")
+    E = logits.shape[1]
+    if bias is not None:
+        if method not in BIASED:
+            raise ValueError(f"a correction bias is only used by {BIASED}, not {method!r}")
+        if tuple(bias.shape) != (E,):
+            raise ValueError(f"bias must have shape [E]=({E},), got {tuple(bias.shape)}")
+    if n_group < 1 or E % n_group:
+        raise ValueError(f"num_experts={E} must be divisible by n_group={n_group}")
+    if n_group > 1 and method not in GROUPED:
+        raise ValueError(f"n_group={n_group} > 1 needs a grouped method {GROUPED}, not {method!r}")
+    if not 1 <= topk_group <= n_group:
+        raise ValueError(f"topk_group={topk_group} must be in [1, n_group={n_group}]")
+    if method == "deepseek_v3" and n_group > 1 and E // n_group < 2:
+        raise ValueError(f"deepseek_v3 group scores need >= 2 experts per group, got {E // n_group}")
+    available = topk_group * (E // n_group) if method in GROUPED else E
+    if not 1 <= top_k <= available:
+        raise ValueError(f"top_k={top_k} must be in [1, available experts={available}]")
+    if method == "llama4" and top_k != 1:
+        raise ValueError(f"llama4 routing needs top_k == 1, got {top_k}")
+    if routed_scaling_factor is not None and not routed_scaling_factor > 0:
+        raise ValueError(f"routed_scaling_factor must be positive, got {routed_scaling_factor}")
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    if num_fused_shared_experts < 0:
+        raise ValueError(f"num_fused_shared_experts must be >= 0, got {num_fused_shared_experts}")
+    if bias_dtype not in ("fp32", "bf16"):
+        raise ValueError(f"bias_dtype must be 'fp32' or 'bf16', got {bias_dtype!r}")
+    if weights_dtype not in ("fp32", "bf16"):
+        raise ValueError(f"weights_dtype must be 'fp32' or 'bf16', got {weights_dtype!r}")
+    if renorm_order not in RENORM_ORDERS:
+        raise ValueError(f"renorm_order {renorm_order!r} is not one of {RENORM_ORDERS}")
+
+
+def check_forced_ids(ids, num_tokens, top_k, num_experts):
+    if ids.shape != (num_tokens, top_k):
+        raise ValueError(f"forced ids must have shape [T, top_k]=({num_tokens}, {top_k}), "
+                         f"got {tuple(ids.shape)}")
+    if ((ids < 0) | (ids >= num_experts)).any():
+        raise ValueError(f"forced ids must be routed expert ids in [0, {num_experts})")
+    if top_k > 1 and (ids.sort(dim=1).values.diff(dim=1) == 0).any():
+        raise ValueError("forced ids must be distinct within a token")
+
+
+def route(logits, bias=None, *, method, top_k, n_group=1, topk_group=1, routed_scaling_factor=None,
+          renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=float("-inf"),
+          bias_dtype="fp32", weights_dtype="fp32", renorm_order="divide_then_scale", ids=None):
+    """Route tokens: (ids int32 [T, k + S], weights float32 [T, k + S]).
+
+    ``renormalize`` applies to deepseek_v3, deepseek_v2 and sigmoid_renorm (norm_topk_prob); renormalize,
+    renormalize_naive and minimax2 always normalize, the rest never do. rsf, when given, multiplies the
+    weights of every method (after normalizing, or before the divide with "scale_then_divide").
+    ``bias_dtype="bf16"`` rounds the bias to bf16 first; ``weights_dtype="bf16"`` rounds the final weights.
+    ``ids`` [T, k] (routed ids only) replaces the selection; weights are then gathered at those ids.
+    """
+    check_routing(logits, bias, method=method, top_k=top_k, n_group=n_group, topk_group=topk_group,
+                  routed_scaling_factor=routed_scaling_factor, eps=eps,
+                  num_fused_shared_experts=num_fused_shared_experts, bias_dtype=bias_dtype,
+                  weights_dtype=weights_dtype, renorm_order=renorm_order)
+    T, E = logits.shape
+    if bias is not None:
+        bias = bias.to(torch.bfloat16).float() if bias_dtype == "bf16" else bias.float()
+    keys, scores = _keys_and_scores(method, logits, bias, n_group, topk_group, group_mask_value)
+    if ids is None:
+        ids = topk_ids(keys, top_k)
+    else:
+        check_forced_ids(ids, T, top_k, E)
+        ids = ids.to(device=logits.device, dtype=torch.int64)
+    w = selected_weights(method, logits, scores, ids, renormalize=renormalize, eps=eps,
+                         rsf=routed_scaling_factor, renorm_order=renorm_order)
+    ids, w = append_shared(ids, w, E, num_fused_shared_experts, routed_scaling_factor)
+    if weights_dtype == "bf16":
+        w = w.to(torch.bfloat16).float()
+    return ids.to(torch.int32), w
