@@ -1,0 +1,274 @@
+"""FP8 / MXFP8 / NVFP4 quantization of activations and expert weights, and the block-scaled FP8 GEMM.
+
+Semantics: moe_semantics.md §2-§3 ("sem"), flashinfer_api.md §1.3, §1.4, §3 ("fi"). Values arrive as float32
+arrays holding exactly representable values; e4m3fn, e2m1 and e8m0 travel as uint8 codes. Scales are dequant
+multipliers (x ≈ q·s). Arithmetic written on float32 operands is one fp32 round-to-nearest-even per operation.
+NaN rule, every quantizer: amax ignores NaN elements (CUDA fmaxf / __hmax, as the kernels reduce), a NaN
+element becomes a NaN code, and the other elements of its group quantize as if it were absent.
+"""
+
+import numpy as np
+
+from .numerics import E2M1, E4M3FN, E8M0, decode, encode
+from .recipes import GEMM_ACCS, QUANT_VARIANTS, SCALE_FORMULAS
+
+GROUP_SIZES = (16, 32, 64, 128, 256)
+SCALE_FMTS = ("fp32", "ue8m0")
+MXFP8_RULES = ("ocp", "ceil448")
+HALF_ORDERS = ("gate_up", "up_gate")
+MX_BLOCK = 32
+NVFP4_BLOCK = 16
+HOPPER_CHUNK = 32  # K of one FP8 WGMMA instruction
+HOPPER_BITS = 14  # significant bits kept by the Hopper FP8 tensor-core accumulator (DeepSeek-V3 §3.3.2)
+
+FP8_MAX = np.float32(E4M3FN.max)
+RCP448 = np.float32(1) / FP8_MAX  # fl(1/448), the reciprocal constant of the SGLang JIT kernel
+E4M3_EMAX = 8  # OCP MX: exponent of e4m3fn's largest normal, 448 = 1.75·2^8
+E4M3_VALUES = decode(np.arange(256, dtype=np.uint8), E4M3FN)  # decode table, indexed by code
+
+
+def _fp32_values(x, name):
+    """x as float32, refusing any value float32 cannot hold (a silent rounding would hide a bug)."""
+    x = np.asarray(x)
+    x32 = x.astype(np.float32)
+    if not np.array_equal(x32, x, equal_nan=True):
+        raise ValueError(f"{name} must hold float32-representable values")
+    return x32
+
+
+def _codes(q, name):
+    q = np.asarray(q)
+    if q.dtype != np.uint8:
+        raise ValueError(f"{name} must be uint8 codes, got {q.dtype}")
+    return q
+
+
+def _rows_of_groups(x, group, name):
+    """[M, K] -> [M, K/group, group], K a multiple of `group`."""
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [M, K], got shape {x.shape}")
+    if x.shape[1] % group:
+        raise ValueError(f"{name}.shape[1]={x.shape[1]} must be a multiple of the group size {group}")
+    return x.reshape(x.shape[0], x.shape[1] // group, group)
+
+
+def _amax(groups, axis=-1, floor=0.0):
+    return np.fmax.reduce(np.abs(groups), axis=axis, initial=np.float32(floor))  # fmax: NaN ignored
+
+
+def ue8m0_ceil(s):
+    """e8m0 code of the least power of two >= s: biased exponent of fp32 s, +1 if its mantissa is non-zero.
+    Exact for normals; subnormals -> 2^-126; 0 -> code 0 (2^-127); above 2^127, Inf and NaN -> 255 (NaN)."""
+    s = _fp32_values(s, "s")
+    if np.any(s < 0):
+        raise ValueError("ue8m0_ceil: scales must be non-negative")
+    bits = s.view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.int32) + ((bits & 0x7FFFFF) != 0)
+    return np.minimum(exponent, 255).astype(np.uint8)
+
+
+def ue8m0_ceil_log2(s):
+    """Mutant of ue8m0_ceil: exp2(ceil(log2f(s))) (Triton, vLLM, DeepGEMM ceil_to_ue8m0; sem §2.3, K14), log2f
+    the fp32 rounding of log2. One ulp above 2^k, k >= 4 or k <= -5, log2f rounds to k: 2^k, not 2^(k+1)."""
+    s = _fp32_values(s, "s")
+    if not np.all((s > 0) & np.isfinite(s)):
+        raise ValueError("ue8m0_ceil_log2: scales must be positive and finite")
+    log2 = np.log2(s.astype(np.float64)).astype(np.float32)
+    return np.clip(np.ceil(log2).astype(np.int32) + 127, 0, 255).astype(np.uint8)
+
+
+def _scaled(x, s, amax, variant):
+    """x/s in the formulation `variant` names (sem §2.2 table): each operation one fp32 rounding."""
+    if variant == "div":
+        return x / s
+    if variant == "mul_rcp_scale":
+        return x * (np.float32(1) / s)
+    return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
+
+
+def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", scale_formula="div448",
+                              scale_fmt="fp32"):
+    """Per row and `group_size` columns: s = max(amax, eps)/448, q = e4m3fn(clamp(x/s, ±448)) (sem §2.2);
+    ue8m0: s -> 2^e by ue8m0_ceil, q = e4m3fn(x·2^-e) exact. [M, K] -> (q uint8 [M, K], s float32 [M, K/g]).
+    amax ignores NaN; NaN -> NaN code; ±Inf makes s Inf and the group's codes NaN or zero."""
+    x = _fp32_values(x, "x")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size={group_size} is not one of {GROUP_SIZES}")
+    for name, value, allowed in (("variant", variant, QUANT_VARIANTS), ("scale_formula", scale_formula,
+                                 SCALE_FORMULAS), ("scale_fmt", scale_fmt, SCALE_FMTS)):
+        if value not in allowed:
+            raise ValueError(f"{name}={value!r} is not one of {allowed}")
+    if not eps >= 0:
+        raise ValueError(f"eps={eps} must be non-negative")
+    groups = _rows_of_groups(x, group_size, "x")
+    amax = _amax(groups, floor=eps)
+    s = amax / FP8_MAX if scale_formula == "div448" else amax * RCP448
+    if scale_fmt == "ue8m0":
+        s = decode(ue8m0_ceil(s), E8M0)
+        v = groups / s[..., None]  # exact: s is a power of two
+    else:
+        v = _scaled(groups, s[..., None], amax[..., None], variant)
+    q = encode(np.clip(v, -FP8_MAX, FP8_MAX), E4M3FN)
+    return q.reshape(x.shape), s
+
+
+def weight_block_quant(w, block=128, *, eps=1e-10):
+    """DeepSeek weight quantization: per block×block tile of the last two dims s = max(amax, eps)/448 and
+    q = e4m3fn(clamp(w/s, ±448)); partial last tiles have a scale too (sem §3). [..., N, K] ->
+    (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8."""
+    w = _fp32_values(w, "w")
+    if w.ndim < 2:
+        raise ValueError(f"w must be [..., N, K], got shape {w.shape}")
+    *lead, n, k = w.shape
+    nb, kb = -(-n // block), -(-k // block)
+    padded = np.zeros((*lead, nb * block, kb * block), np.float32)  # zeros never raise a tile's amax
+    padded[..., :n, :k] = w
+    tiles = padded.reshape(*lead, nb, block, kb, block)
+    s = _amax(tiles, axis=(-3, -1), floor=eps) / FP8_MAX
+    q = encode(np.clip(tiles / s[..., :, None, :, None], -FP8_MAX, FP8_MAX), E4M3FN)
+    return q.reshape(padded.shape)[..., :n, :k], s
+
+
+def weight_dequant(q, s, block=128):
+    """W[..., n, k] = e4m3fn(q[..., n, k]) · s[..., n // b, k // b], one fp32 multiply (sem §3)."""
+    q = _codes(q, "q")
+    s = _fp32_values(s, "s")
+    *lead, n, k = q.shape
+    if s.shape != (*lead, -(-n // block), -(-k // block)):
+        raise ValueError(f"scales {s.shape} are not [..., ceil(N/{block}), ceil(K/{block})] for q {q.shape}")
+    per_element = np.repeat(np.repeat(s, block, axis=-2), block, axis=-1)[..., :n, :k]
+    return E4M3_VALUES[q] * per_element
+
+
+def w13_block_quant(gate, up, *, half_order="gate_up", block=128):
+    """w13 from its halves, each block-quantized on its own (sem §3): gate, up [..., I, H] -> (q uint8
+    [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate")."""
+    if half_order not in HALF_ORDERS:
+        raise ValueError(f"half_order={half_order!r} is not one of {HALF_ORDERS}")
+    if np.shape(gate) != np.shape(up):
+        raise ValueError(f"gate {np.shape(gate)} and up {np.shape(up)} must have the same shape")
+    halves = [weight_block_quant(h, block) for h in ((gate, up) if half_order == "gate_up" else (up, gate))]
+    return tuple(np.concatenate(parts, axis=-2) for parts in zip(*halves, strict=True))
+
+
+def w13_dequant(q, s, block=128):
+    """Inverse of w13_block_quant: dequantizes each half with its own scale rows. -> float32 [..., 2I, H]."""
+    q = _codes(q, "q")
+    s = np.asarray(s)
+    i = q.shape[-2] // 2
+    if q.shape[-2] % 2 or s.shape[-2] != 2 * -(-i // block):
+        raise ValueError(f"w13 scales {s.shape} must have 2·ceil(I/{block}) rows for q {q.shape}")
+    ib = s.shape[-2] // 2
+    return np.concatenate([weight_dequant(q[..., :i, :], s[..., :ib, :], block),
+                           weight_dequant(q[..., i:, :], s[..., ib:, :], block)], axis=-2)
+
+
+def _round_significant(x, bits):
+    """Round float64 x to `bits` significant bits, ties to even."""
+    mantissa, exponent = np.frexp(x)
+    return np.ldexp(np.rint(np.ldexp(mantissa, bits)), exponent - bits)
+
+
+def _block_dot(a, w, acc):
+    """Σ_k a[m, k]·w[n, k] over one K block, float64. Exact: e4m3 products are multiples of 2^-18 below 2^18,
+    so every partial sum of up to 128 of them fits 53 bits. hopper_fp8 rounds the running sum per chunk."""
+    if acc != "hopper_fp8":
+        return a @ w.T
+    total = np.zeros((a.shape[0], w.shape[0]))
+    for c in range(0, a.shape[1], HOPPER_CHUNK):
+        total = _round_significant(total + a[:, c:c + HOPPER_CHUNK] @ w[:, c:c + HOPPER_CHUNK].T, HOPPER_BITS)
+    return total
+
+
+def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
+    """C[m,n] = Σ_b a_s[m,b]·w_s[n//128,b]·P_b, P_b = Σ_{k in block b} a[m,k]·w[n,k] (sem §3); fp64: in fp64.
+    fp32: C = fl(C + fl(fl(fl(P_b)·a_s)·w_s)), b ascending; hopper_fp8: as fp32, P_b summed 32 at a time, the
+    running sum rounded (RNE) to 14 significant bits after each chunk. -> [M, N] float64 (fp64) or float32."""
+    if acc not in GEMM_ACCS:
+        raise ValueError(f"acc={acc!r} is not one of {GEMM_ACCS}")
+    aq, wq = _codes(aq, "aq"), _codes(wq, "wq")
+    a_s, w_s = _fp32_values(a_s, "a_s"), _fp32_values(w_s, "w_s")
+    (m, k), (n, kw) = aq.shape, wq.shape
+    kb = -(-k // block)
+    if kw != k:
+        raise ValueError(f"aq [M, K]={aq.shape} and wq [N, K]={wq.shape} must share K")
+    if a_s.shape != (m, kb) or w_s.shape != (-(-n // block), kb):
+        raise ValueError(f"scales {a_s.shape}, {w_s.shape} must be [M, ceil(K/{block})], "
+                         f"[ceil(N/{block}), ceil(K/{block})]")
+    out = np.zeros((m, n), np.float64 if acc == "fp64" else np.float32)
+    for b in range(kb):
+        cols = slice(b * block, (b + 1) * block)
+        p = _block_dot(E4M3_VALUES[aq[:, cols]].astype(np.float64),
+                       E4M3_VALUES[wq[:, cols]].astype(np.float64), acc)
+        w_scale = np.repeat(w_s[:, b], block)[:n]
+        if acc == "fp64":
+            out += p * a_s[:, b, None].astype(np.float64) * w_scale
+        else:
+            out += p.astype(np.float32) * a_s[:, b, None] * w_scale
+    return out
+
+
+def mxfp8_quant(x, *, rule="ocp"):
+    """MXFP8, per 32 elements of a row: q = e4m3fn_satfinite(x/X), x/X exact. ocp (OCP MX v1.0): X = 2^(floor(
+    log2 amax) - 8), x/X in (448, 512) saturates; ceil448 (TRT-LLM): X = ue8m0_ceil(fl(amax·fl(1/448))).
+    [M, K] -> (q uint8 [M, K], X e8m0 uint8 [M, K/32]); amax ignores NaN; amax 0 -> code 0 (2^-127)."""
+    x = _fp32_values(x, "x")
+    if rule not in MXFP8_RULES:
+        raise ValueError(f"rule={rule!r} is not one of {MXFP8_RULES}")
+    groups = _rows_of_groups(x, MX_BLOCK, "x")
+    amax = _amax(groups)
+    if rule == "ocp":
+        _, e = np.frexp(amax)  # amax = f·2^e, f in [0.5, 1): floor(log2 amax) = e - 1, exact
+        codes = np.where(amax > 0, np.clip(e - 1 - E4M3_EMAX + 127, 0, 254), 0).astype(np.uint8)
+    else:
+        codes = ue8m0_ceil(amax * RCP448)
+    v = np.ldexp(groups.astype(np.float64), 127 - codes[..., None].astype(np.int32))
+    return encode(v, E4M3FN, saturate=True).reshape(x.shape), codes
+
+
+def mxfp8_dequant(q, scales):
+    """x̂[m, k] = e4m3fn(q[m, k]) · 2^(X[m, k // 32] - 127), one fp32 multiply. -> float32 [M, K]."""
+    q, scales = _codes(q, "q"), _codes(scales, "scales")
+    if q.ndim != 2 or scales.shape != (q.shape[0], q.shape[1] // MX_BLOCK) or q.shape[1] % MX_BLOCK:
+        raise ValueError(f"scales {scales.shape} must be [M, K/{MX_BLOCK}] for q {q.shape}")
+    return E4M3_VALUES[q] * np.repeat(decode(scales, E8M0), MX_BLOCK, axis=-1)
+
+
+def nvfp4_global_scale(x):
+    """gs = fl(448·6 / amax(x)) over the whole tensor (FlashInfer, ModelOpt); amax ignores NaN, is > 0."""
+    amax = _amax(_fp32_values(x, "x").ravel())
+    if not (amax > 0 and np.isfinite(amax)):
+        raise ValueError(f"nvfp4_global_scale: amax={amax} must be positive and finite")
+    return np.float32(FP8_MAX * np.float32(E2M1.max)) / amax
+
+
+def nvfp4_quant(x, global_scale):
+    """NVFP4 per 16 elements (TRT-LLM cvt_warp_fp16_to_fp4, exact reciprocals), each op fp32: sf = e4m3fn_sat(
+    gs·(amax·fl(1/6))), q = e2m1(x·r), r = 1/(sf·fl(1/gs)) or 0 if sf = 0. [M, K] finite (e2m1 has no NaN)
+    -> (packed uint8 [M, K/2], low nibble = even element; sf e4m3fn uint8 [M, K/16])."""
+    x = _fp32_values(x, "x")
+    gs = _fp32_values(global_scale, "global_scale")
+    if gs.shape != () or not (gs > 0 and np.isfinite(gs)):
+        raise ValueError(f"global_scale={global_scale} must be a positive finite scalar")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("nvfp4_quant: x must be finite (e2m1 has no NaN or Inf)")
+    groups = _rows_of_groups(x, NVFP4_BLOCK, "x")
+    amax = _amax(groups)
+    sf_codes = encode(gs * (amax * (np.float32(1) / np.float32(E2M1.max))), E4M3FN, saturate=True)
+    sf = decode(sf_codes, E4M3FN)
+    with np.errstate(divide="ignore"):
+        r = np.where(sf != 0, np.float32(1) / (sf * (np.float32(1) / gs)), np.float32(0))
+    nibbles = encode(groups * r[..., None], E2M1, saturate=True).reshape(x.shape)
+    return nibbles[:, 0::2] | (nibbles[:, 1::2] << 4), sf_codes
+
+
+def nvfp4_dequant(packed, scales, global_scale):
+    """x̂[m, k] = fl(e2m1(nibble k of packed[m]) · sf[m, k // 16] / gs), the product exact; float32 [M, K]."""
+    packed, scales = _codes(packed, "packed"), _codes(scales, "scales")
+    gs = _fp32_values(global_scale, "global_scale")
+    if packed.ndim != 2 or scales.shape != (packed.shape[0], 2 * packed.shape[1] // NVFP4_BLOCK) \
+            or (2 * packed.shape[1]) % NVFP4_BLOCK:
+        raise ValueError(f"scales {scales.shape} must be [M, K/{NVFP4_BLOCK}] for packed {packed.shape}")
+    nibbles = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
+    sf = np.repeat(decode(scales, E4M3FN), NVFP4_BLOCK, axis=-1)
+    return decode(nibbles, E2M1) * sf / gs
