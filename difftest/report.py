@@ -1,0 +1,605 @@
+"""`python -m difftest report RUN_DIR`: a campaign's run directory (difftest/rundir.md) as one self-contained
+page, RUN_DIR/report.html, and the numbers it shows, RUN_DIR/report.json.
+
+Every number on the page, plots included, is read from report.json. Plots are PNGs drawn with matplotlib's Agg
+canvas (no pyplot state) and embedded as data: URIs; the page loads nothing from anywhere, so a run directory
+copied off a GPU machine renders and reads the same on a laptop. A campaign killed before it merged its
+cases-*.jsonl into cases.jsonl still renders from the parts.
+"""
+
+import argparse
+import base64
+import html
+import io
+import json
+import math
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from spec.recipes import QUANT_VARIANTS
+
+from .case import (
+    ACTIVATIONS,
+    BIAS_DTYPES,
+    LOGIT_DTYPES,
+    OPS,
+    QUANT_INPUT_DTYPES,
+    QUANT_PATHS,
+    QUANT_SCHEMES,
+    ROUTING_METHODS,
+    SCALE_LAYOUTS,
+)
+from .generate import DISTS
+from .isolation import atomic_write_text
+
+SCHEMA = 1
+TOP = 25  # worst cases listed
+SKIP_ROWS = 100  # skip reasons listed on the page (report.json keeps them all)
+STATUS_ORDER = ("pass", "fail", "error", "crash", "hang", "skip")  # others (future statuses) follow
+NOT_RECORDED = "not recorded"
+BINS_PER_DECADE = 4
+OP_COLORS = {"routing": "tab:blue", "quant": "tab:orange", "moe": "tab:green"}  # same op colour in all plots
+
+# Coverage axes: (title, ops, configuration field, values the tester can draw). Values seen but not listed
+# here (a newer tester) are appended, so nothing hit is hidden; listed values never hit show as zero cells.
+ENUM_AXES = (
+    ("routing method", ("routing", "moe"), "method", ROUTING_METHODS),
+    ("logits dtype", ("routing", "moe"), "logits_dtype", LOGIT_DTYPES),
+    ("bias dtype", ("routing", "moe"), "bias_dtype", ("none",) + BIAS_DTYPES),
+    ("activation", ("moe",), "activation", ACTIVATIONS),
+    ("quant path", ("moe",), "quant", QUANT_PATHS),
+    ("hidden dtype", ("moe",), "hidden_dtype", ("bf16", "fp16")),
+    ("quant scheme", ("quant",), "scheme", QUANT_SCHEMES),
+    ("input dtype", ("quant",), "input_dtype", QUANT_INPUT_DTYPES),
+    ("scale format", ("quant",), "scale_fmt", ("fp32", "ue8m0")),
+    ("scale layout", ("quant",), "layout", SCALE_LAYOUTS),
+    ("quant variant", ("quant",), "variant", QUANT_VARIANTS),
+)
+SHAPE_AXES = (  # (title, ops, configuration field, smallest valid value)
+    ("tokens", OPS, "num_tokens", 0),
+    ("experts", ("routing", "moe"), "num_experts", 1),
+    ("top_k", ("routing", "moe"), "top_k", 1),
+    ("hidden size", ("quant", "moe"), "hidden_size", 1),
+    ("intermediate size", ("moe",), "intermediate_size", 1),
+)
+SECTIONS = (
+    ("totals", "Run"), ("findings", "Findings"), ("counts", "Cases per op, implementation and recipe"),
+    ("skips", "Skip reasons"), ("coverage", "Coverage of the configuration space"),
+    ("ratios", "Error/bound ratios"), ("worst", "Worst cases"), ("timing", "Timings and throughput"),
+)
+
+
+class ReportError(ValueError):
+    """A run directory that cannot be reported on; the message names the file and the problem."""
+
+
+# ---- reading the run directory
+
+def _read_jsonl(path, partial):
+    """Rows of one jsonl file; in a part file of a killed worker the last line may be torn and is dropped."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if partial and n == len(lines):
+                break
+            raise ReportError(f"{path}:{n}: not a JSON line") from None
+        if not (isinstance(row, dict) and all(isinstance(row.get(k), str) for k in ("op", "impl", "status"))):
+            raise ReportError(f"{path}:{n}: a case row needs string fields op, impl and status")
+        if not isinstance(row.get("case"), dict) or not isinstance(row["case"].get("config"), dict):
+            raise ReportError(f"{path}:{n}: a case row needs the case object (op, config, dist, seed)")
+        rows.append(row)
+    return rows
+
+
+def read_run(run_dir):
+    """(rows of cases.jsonl, summary.json or {}, notes) of a run directory."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ReportError(f"{run_dir}: no such run directory")
+    notes = []
+    if (run_dir / "cases.jsonl").is_file():
+        rows = _read_jsonl(run_dir / "cases.jsonl", partial=False)
+    else:
+        parts = sorted(run_dir.glob("cases-*.jsonl"))
+        if not parts:
+            raise ReportError(f"{run_dir}: no cases.jsonl (not a difftest run directory)")
+        rows = [r for p in parts for r in _read_jsonl(p, partial=True)]
+        notes.append(f"no cases.jsonl: read {len(parts)} worker part files (campaign unfinished or killed)")
+    summary = {}
+    if (run_dir / "summary.json").is_file():
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise ReportError(f"{run_dir / 'summary.json'}: not valid JSON ({e})") from None
+        if not isinstance(summary, dict):
+            raise ReportError(f"{run_dir / 'summary.json'}: must hold a JSON object")
+    else:
+        notes.append("no summary.json: wall-clock time, workers and findings are not recorded")
+    return rows, summary, notes
+
+
+def _case_key(impl_name, case):
+    return impl_name, json.dumps(case, sort_keys=True)
+
+
+def fixture_links(run_dir):
+    """{(impl name, case JSON): relative link} for every fixture under RUN_DIR/fixtures."""
+    links = {}
+    for meta_path in sorted(Path(run_dir).glob("fixtures/*/case.json")):
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            links[_case_key(meta["impl"]["name"], meta["case"])] = f"fixtures/{meta_path.parent.name}/"
+        except (ValueError, KeyError, TypeError):  # an unreadable fixture is replay's to report, not ours
+            continue
+    return links
+
+
+# ---- the numbers (report.json)
+
+def _field(row, name):
+    """A configuration field of a row's case; moe cases keep the routing fields one level down."""
+    config = row["case"]["config"]
+    if name in config:
+        return config[name]
+    return (config.get("routing") or {}).get(name)
+
+
+def _recipe(row):
+    r = row.get("recipe")
+    if isinstance(r, dict):
+        r = r.get("name")
+    return r if isinstance(r, str) and r else NOT_RECORDED
+
+
+def _ordered_statuses(counter):
+    return [s for s in STATUS_ORDER if s in counter] + sorted(s for s in counter if s not in STATUS_ORDER)
+
+
+def _ran(row):
+    return row["status"] != "skip"
+
+
+def _ratio_key(row):
+    """Ratio for ranking: a recorded ratio, or inf for a failure without one (an exception, a crash)."""
+    r = row.get("ratio")
+    if isinstance(r, (int, float)) and not isinstance(r, bool):
+        return float(r)
+    return math.inf if row["status"] != "pass" else 0.0
+
+
+def _shape_bin(n):
+    return str(n) if n < 2 else f"{2 ** int(math.log2(n))}–{2 ** (int(math.log2(n)) + 1) - 1}"
+
+
+def _shape_bins(bottom, top):
+    bins, n = [], bottom
+    while n <= top:
+        bins.append(_shape_bin(n))
+        n = n + 1 if n < 2 else 2 * n
+    return bins
+
+
+def _axis(rows, impls, values, value_of, extra=None):
+    counts = {v: Counter() for v in values}
+    for r in rows:
+        v = value_of(r)
+        counts.setdefault(v, Counter())[r["impl"]] += 1
+    table = [[v] + [counts[v][i] for i in impls] for v in counts]
+    zero = [[v, i] for v, *c in table for i, n in zip(impls, c, strict=True) if n == 0]
+    out = {"impls": impls, "rows": table, "zero": zero}
+    out.update(extra or {})
+    return out
+
+
+def coverage(rows):
+    """Per op, per axis: cases that ran (skips excluded) per value and implementation; zero cells listed."""
+    out = {}
+    for op in OPS:
+        op_rows = [r for r in rows if r["op"] == op]
+        if not op_rows:
+            continue
+        impls = sorted({r["impl"] for r in op_rows})
+        ran = [r for r in op_rows if _ran(r)]
+        axes = {"input distribution": _axis(ran, impls, DISTS.get(op, ()), lambda r: r["case"].get("dist"))}
+        for title, ops, name, domain in ENUM_AXES:
+            if op in ops:
+                axes[title] = _axis(ran, impls, domain, lambda r, n=name: str(_field(r, n) or "none"))
+        for title, ops, name, bottom in SHAPE_AXES:
+            sizes = [_field(r, name) for r in ran if isinstance(_field(r, name), int)]
+            if op in ops and sizes:
+                axes[title] = _axis(ran, impls, _shape_bins(bottom, max(sizes)),
+                                    lambda r, n=name: _shape_bin(_field(r, n)),
+                                    {"min": min(sizes), "max": max(sizes)})
+        out[op] = axes
+    return out
+
+
+def _log_edges(values, include=()):
+    """Edges BINS_PER_DECADE per decade, covering the values and the points in include."""
+    lo = math.floor(math.log10(min(list(values) + list(include))))
+    hi = math.ceil(math.log10(max(list(values) + list(include))))
+    return list(np.logspace(lo, hi, (hi - lo) * BINS_PER_DECADE + 1))
+
+
+def ratios(rows):
+    """Per implementation: error/bound ratios of the cases that ran, with a log histogram per op."""
+    ran = [r for r in rows if _ran(r)]
+    positive = [_ratio_key(r) for r in ran if 0 < _ratio_key(r) < math.inf]
+    edges = _log_edges(positive, include=(0.1, 10.0))  # the failure line at 1 always shows, with room around
+    out = {"edges": edges, "impls": {}}
+    for impl in sorted({r["impl"] for r in ran}):
+        mine = [r for r in ran if r["impl"] == impl]
+        finite = [_ratio_key(r) for r in mine if _ratio_key(r) < math.inf]
+        hist = {}
+        for op in sorted({r["op"] for r in mine}):
+            vals = [_ratio_key(r) for r in mine if r["op"] == op and 0 < _ratio_key(r) < math.inf]
+            hist[op] = np.histogram(np.clip(vals, edges[0], edges[-1]), bins=edges)[0].tolist()
+        out["impls"][impl] = {
+            "cases": len(mine), "zero": sum(1 for v in finite if v == 0),
+            "non_finite": len(mine) - len(finite), "above_1": sum(1 for v in finite if v > 1),
+            "failing": sum(1 for r in mine if r["status"] != "pass"),
+            "max": max(finite) if finite else None,
+            "p50": float(np.percentile(finite, 50)) if finite else None,
+            "p99": float(np.percentile(finite, 99)) if finite else None,
+            "hist": hist,
+        }
+    return out
+
+
+def worst(rows, links, top):
+    """The top cases by ratio (failures without a ratio first), each with its fixture link if one exists."""
+    ranked = sorted((r for r in rows if _ran(r)), key=_ratio_key, reverse=True)[:top]
+    out = []
+    for r in ranked:
+        c = r["case"]
+        out.append({"impl": r["impl"], "op": r["op"], "status": r["status"],
+                    "ratio": None if _ratio_key(r) == math.inf else _ratio_key(r),
+                    "dist": c.get("dist"), "seed": c.get("seed"), "config": c["config"],
+                    "message": str(r.get("message") or "").split("\n")[0][:400],
+                    "fixture": links.get(_case_key(r["impl"], c))})
+    return out
+
+
+def _seconds_stats(secs):
+    return {"p50": float(np.percentile(secs, 50)), "p90": float(np.percentile(secs, 90)), "max": max(secs)}
+
+
+def timing(rows, wall):
+    """Wall-clock throughput (needs summary.json) and per-case compute time (impl + spec) per op."""
+    timed = [r for r in rows if _ran(r) and isinstance(r.get("seconds"), (int, float))]
+    per_op = {}
+    all_secs = [r["seconds"] for r in timed if r["seconds"] > 0]
+    edges = _log_edges(all_secs) if all_secs else []
+    for op in [o for o in OPS if any(r["op"] == o for r in rows)]:
+        op_rows = [r for r in rows if r["op"] == op]
+        mine = [r for r in timed if r["op"] == op]
+        impl_s = sum(r["seconds"] for r in mine)
+        spec_s = sum(r.get("spec_seconds") or 0.0 for r in mine)
+        secs = [r["seconds"] for r in mine if r["seconds"] > 0]
+        per_op[op] = {
+            "cases": len(op_rows), "timed": len(mine), "impl_seconds": impl_s, "spec_seconds": spec_s,
+            "wall_rate": len(op_rows) / wall if wall else None,
+            "compute_rate": len(mine) / (impl_s + spec_s) if impl_s + spec_s > 0 else None,
+            "impl_case_seconds": _seconds_stats(secs) if secs else None,
+            "hist": np.histogram(secs, bins=edges)[0].tolist() if secs else [],
+        }
+    rate = len(rows) / wall if wall else None
+    return {"wall_seconds": wall, "rate": rate, "edges": edges, "per_op": per_op}
+
+
+def build(rows, summary, links, notes=(), top=TOP):
+    """The report.json object."""
+    status = Counter(r["status"] for r in rows)
+    counts = defaultdict(Counter)
+    for r in rows:
+        counts[(r["op"], r["impl"], _recipe(r))][r["status"]] += 1
+    skips = Counter((r["impl"], r["op"], str(r.get("message") or "")) for r in rows if r["status"] == "skip")
+    finite = [(_ratio_key(r), r) for r in rows if _ran(r) and _ratio_key(r) < math.inf]
+    max_ratio, max_row = max(finite, key=lambda x: x[0]) if finite else (None, None)
+    wall = summary.get("seconds") if isinstance(summary.get("seconds"), (int, float)) else None
+    notes = list(notes)
+    if summary.get("cases") is not None and summary["cases"] != len(rows):
+        notes.append(f"summary.json counts {summary['cases']} cases but the case files hold {len(rows)}")
+    missing = [name for name, present in (("recipe", all("recipe" in r for r in rows)),
+                                          ("seconds", all("seconds" in r for r in rows))) if not present]
+    if missing:
+        notes.append(f"case rows lack {', '.join(missing)}: shown as {NOT_RECORDED!r}")
+    findings = []
+    for f in summary.get("findings") or []:
+        name = Path(str(f.get("fixture") or "")).name
+        link = f"fixtures/{name}/" if name and any(v == f"fixtures/{name}/" for v in links.values()) else None
+        findings.append({"impl": f.get("impl"), "op": f.get("op"), "message": f.get("message"),
+                         "fixture": link})
+    return {
+        "schema": SCHEMA,
+        "run": {k: summary.get(k) for k in ("impls", "ops", "model", "seed", "workers", "seconds")},
+        "totals": {"cases": len(rows), "status": {s: status[s] for s in _ordered_statuses(status)},
+                   "max_ratio": max_ratio, "max_ratio_impl": max_row and max_row["impl"],
+                   "max_ratio_op": max_row and max_row["op"], "fixtures": len(links)},
+        "counts": [{"op": op, "impl": impl, "recipe": recipe, "total": sum(c.values()),
+                    **{s: c[s] for s in _ordered_statuses(status)}}
+                   for (op, impl, recipe), c in sorted(counts.items())],
+        "skips": [{"impl": i, "op": o, "reason": m, "count": n} for (i, o, m), n in skips.most_common()],
+        "coverage": coverage(rows),
+        "ratios": ratios(rows),
+        "worst": worst(rows, links, top),
+        "timing": timing(rows, wall),
+        "findings": findings,
+        "worker_errors": list(summary.get("worker_errors") or []),
+        "notes": notes,
+    }
+
+
+# ---- plots (from report.json only)
+
+def _png(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})  # no version stamp: same bytes
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def plot_ratios(rep):
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+    impls = rep["ratios"]["impls"]
+    edges = rep["ratios"]["edges"]
+    fig = Figure(figsize=(9, 1.2 + 2.2 * len(impls)), layout="constrained")
+    axes = fig.subplots(len(impls), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (impl, st) in zip(axes, impls.items(), strict=True):
+        for op, counts in st["hist"].items():
+            ax.stairs(counts, edges, label=op, linewidth=1.5, color=OP_COLORS.get(op))
+        ax.axvline(1.0, color="crimson", linestyle="--", label="ratio 1 = failure")
+        ax.set_xscale("log")
+        ax.set_ylabel("cases")
+        ax.set_title(f"{impl}: {st['cases']} cases ran; ratio exactly 0: {st['zero']}; "
+                     f"no ratio (error, crash): {st['non_finite']}", fontsize=10, loc="left")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("max |error| / bound per case (log scale; ratios beyond the axis are in its end bins)")
+    return _png(fig)
+
+
+def plot_timing(rep):
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+    t = rep["timing"]
+    fig = Figure(figsize=(9, 3), layout="constrained")
+    ax = fig.subplots()
+    for op, st in t["per_op"].items():
+        if st["hist"]:
+            ax.stairs(st["hist"], t["edges"], label=op, linewidth=1.5, color=OP_COLORS.get(op))
+    ax.set_xscale("log")
+    ax.set_xlabel("implementation seconds per case (log scale)")
+    ax.set_ylabel("cases")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return _png(fig)
+
+
+# ---- HTML (from report.json only)
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;
+color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{border-bottom:2px solid #ccd;padding-bottom:.2em;margin-top:1.6em}h3{font-size:1.05em}
+table{border-collapse:collapse;margin:.4em 0 1em}
+td,th{border:1px solid #ccd;padding:.2em .55em;text-align:left}
+th{background:#eef}td.n{text-align:right;font-variant-numeric:tabular-nums}td.zero{background:#f9c9c9}
+td.bad{background:#f9c9c9;font-weight:600}code,.m{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+.grid{display:flex;flex-wrap:wrap;gap:1.2em}.grid>div{flex:0 0 auto}
+.note{background:#fff6d6;padding:.4em .8em}
+.err{background:#fde2e2;padding:.4em .8em}nav a{margin-right:1em}img{max-width:100%}
+"""
+
+
+class _Raw(str):
+    """Markup already escaped (a link); everything else put in a cell is escaped."""
+
+
+def _fmt(x):
+    if x is None:
+        return NOT_RECORDED
+    if isinstance(x, bool) or isinstance(x, str):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{x:.3g}"
+
+
+def _cell(x, cls=""):
+    num = isinstance(x, (int, float)) and not isinstance(x, bool)
+    cls = " ".join(c for c in (cls, "n" if num else "") if c)
+    body = x if isinstance(x, _Raw) else html.escape(_fmt(x))
+    return f"<td class=\"{cls}\">{body}</td>" if cls else f"<td>{body}</td>"
+
+
+def _table(header, rows, cls=None):
+    """header None: a key/value table; cls(row index, column index, value) -> CSS class of a cell."""
+    head = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>" if header else ""
+    body = "".join("<tr>" + "".join(_cell(v, cls(i, j, v) if cls else "") for j, v in enumerate(r)) + "</tr>"
+                   for i, r in enumerate(rows))
+    return f"<table>{head}{body}</table>"
+
+
+def _link(href, text):
+    return _Raw(f"<a href=\"{html.escape(href)}\">{html.escape(text)}</a>") if href else text
+
+
+def _config_text(w):
+    c = dict(w["config"])
+    c.update(c.pop("routing", None) or {})
+    keys = ("method", "activation", "quant", "scheme", "num_tokens", "num_experts", "top_k", "hidden_size",
+            "intermediate_size", "logits_dtype", "input_dtype")
+    return " ".join(f"{k}={c[k]}" for k in keys if c.get(k) is not None)
+
+
+def _section_totals(rep):
+    run, t = rep["run"], rep["totals"]
+    reached = f"{t['max_ratio_impl']} / {t['max_ratio_op']}" if t["max_ratio_impl"] else "no case ran"
+    rows = [("cases", t["cases"])] + [(f"status {s}", n) for s, n in t["status"].items()] + [
+        ("max error/bound ratio", t["max_ratio"] if t["max_ratio"] is not None else "no case ran"),
+        ("reached by", reached), ("fixtures written", t["fixtures"]),
+        ("implementations", ", ".join(run["impls"] or []) or NOT_RECORDED),
+        ("ops", ", ".join(run["ops"] or []) or NOT_RECORDED), ("model preset", run["model"] or "none"),
+        ("seed", run["seed"]), ("workers", run["workers"]), ("wall seconds", run["seconds"])]
+    failing = {f"status {s}" for s in t["status"] if s not in ("pass", "skip")}
+    out = _table(None, rows, lambda i, j, v: "bad" if j == 1 and rows[i][0] in failing and v else "")
+    out += "".join(f"<p class=\"note\">{html.escape(n)}</p>" for n in rep["notes"])
+    out += "".join(f"<p class=\"err\">worker error: {html.escape(e)}</p>" for e in rep["worker_errors"])
+    return out
+
+
+def _section_findings(rep):
+    if not rep["findings"]:
+        return "<p>No findings recorded.</p>"
+    rows = [(f["impl"], f["op"], _link(f["fixture"], f["fixture"] or "no fixture"),
+             _Raw(f"<pre class=\"m\">{html.escape(str(f['message']))}</pre>")) for f in rep["findings"]]
+    return _table(["implementation", "op", "fixture", "message"], rows)
+
+
+def _section_counts(rep):
+    statuses = list(rep["totals"]["status"])
+    rows = [[c["op"], c["impl"], c["recipe"]] + [c[s] for s in statuses] + [c["total"]]
+            for c in rep["counts"]]
+    failing = {3 + k for k, s in enumerate(statuses) if s not in ("pass", "skip")}  # column indices
+    return _table(["op", "implementation", "recipe"] + statuses + ["total"], rows,
+                  lambda i, j, v: "bad" if j in failing and v else "")
+
+
+def _section_skips(rep):
+    if not rep["skips"]:
+        return "<p>No case was skipped.</p>"
+    more = len(rep["skips"]) - SKIP_ROWS
+    return _table(["implementation", "op", "reason", "cases"],
+                  [(s["impl"], s["op"], s["reason"], s["count"]) for s in rep["skips"][:SKIP_ROWS]]) + (
+        f"<p>{more:,} rarer reasons are listed in report.json.</p>" if more > 0 else "")
+
+
+def _section_coverage(rep):
+    out = ["<p>Cases that ran (skips excluded) per value and implementation; "
+           "<span style=\"background:#f9c9c9\">red cells</span> were never hit.</p>"]
+    for op, axes in rep["coverage"].items():
+        out.append(f"<h3>{html.escape(op)}</h3><div class=\"grid\">")
+        for title, a in axes.items():
+            rng = f" (observed {a['min']:,}–{a['max']:,})" if "min" in a else ""
+            out.append(f"<div><b>{html.escape(title + rng)}</b>")
+            out.append(_table([title] + a["impls"], a["rows"],
+                              lambda i, j, v: "zero" if j and v == 0 else ""))
+            out.append("</div>")
+        out.append("</div>")
+    return "".join(out)
+
+
+def _section_ratios(rep, png):
+    rows = [(impl, s["cases"], s["zero"], s["p50"], s["p99"], s["max"], s["above_1"], s["non_finite"],
+             s["failing"]) for impl, s in rep["ratios"]["impls"].items()]
+    table = _table(["implementation", "cases ran", "ratio 0", "median", "p99", "max", "ratio > 1", "no ratio",
+                    "failing"], rows, lambda i, j, v: "bad" if j >= 6 and v else "")
+    img = f"<img alt=\"histogram of error/bound ratios\" src=\"data:image/png;base64,{png}\">" if png else ""
+    return table + img
+
+
+def _section_worst(rep):
+    if not rep["worst"]:
+        return "<p>No case ran.</p>"
+    rows = [(i + 1, w["impl"], w["op"], w["status"], "∞ (no ratio)" if w["ratio"] is None else w["ratio"],
+             _config_text(w), w["dist"], str(w["seed"]), _link(w["fixture"], w["fixture"] or "none"),
+             w["message"])
+            for i, w in enumerate(rep["worst"])]
+    return _table(["#", "implementation", "op", "status", "ratio", "configuration", "dist", "seed", "fixture",
+                   "message"], rows, lambda i, j, v: "bad" if j == 3 and v != "pass" else "")
+
+
+def _section_timing(rep, png):
+    t = rep["timing"]
+    head = (f"<p>{_fmt(rep['totals']['cases'])} cases in {_fmt(t['wall_seconds'])} wall seconds: "
+            f"<b>{_fmt(t['rate'])} cases/s</b> overall. Per op, cases/s (wall) is the op's cases over that "
+            "wall time (all workers, generation and Hypothesis included); cases/s (impl+spec) is the timed "
+            "cases over the summed implementation and spec seconds.</p>")
+    rows = []
+    for op, s in t["per_op"].items():
+        q = s["impl_case_seconds"] or {}
+        rows.append((op, s["cases"], s["wall_rate"], s["timed"], s["impl_seconds"], s["spec_seconds"],
+                     s["compute_rate"], q.get("p50"), q.get("p90"), q.get("max")))
+    table = _table(["op", "cases", "cases/s (wall)", "cases timed", "impl s", "spec s", "cases/s (impl+spec)",
+                    "impl s/case p50", "p90", "max"], rows)
+    img = f"<img alt=\"histogram of per-case implementation seconds\" src=\"data:image/png;base64,{png}\">" \
+        if png else ""
+    return head + table + img
+
+
+def to_html(rep, title, ratio_png, timing_png):
+    bodies = {"totals": _section_totals(rep), "findings": _section_findings(rep),
+              "counts": _section_counts(rep), "skips": _section_skips(rep),
+              "coverage": _section_coverage(rep), "ratios": _section_ratios(rep, ratio_png),
+              "worst": _section_worst(rep), "timing": _section_timing(rep, timing_png)}
+    nav = "".join(f"<a href=\"#{sid}\">{html.escape(name)}</a>" for sid, name in SECTIONS)
+    sections = "".join(f"<section id=\"{sid}\"><h2>{html.escape(name)}</h2>{bodies[sid]}</section>"
+                       for sid, name in SECTIONS)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1><nav>{nav}</nav>{sections}"
+            "<p class=\"m\">Numbers from report.json; regenerate with python -m difftest report RUN_DIR.</p>"
+            "</body></html>\n")
+
+
+# ---- entry points
+
+def render(run_dir, top=TOP):
+    """Write RUN_DIR/report.json and RUN_DIR/report.html; return the HTML path."""
+    if top < 1:
+        raise ReportError(f"--top={top} must be >= 1")
+    try:
+        import matplotlib  # noqa: F401 (only checked here: the plots import their parts lazily)
+    except ImportError:
+        raise ReportError("matplotlib is not installed (pip install 'moe-difftest[report]')") from None
+    run_dir = Path(run_dir)
+    rows, summary, notes = read_run(run_dir)
+    rep = build(rows, summary, fixture_links(run_dir), notes, top)
+    text = json.dumps(rep, indent=1, allow_nan=False) + "\n"
+    atomic_write_text(run_dir / "report.json", text)
+    rep = json.loads(text)  # the page shows exactly what report.json holds
+    ratio_png = plot_ratios(rep) if rep["ratios"]["impls"] else None
+    timing_png = plot_timing(rep) if any(s["hist"] for s in rep["timing"]["per_op"].values()) else None
+    title = f"difftest campaign report: {run_dir.resolve().name}"
+    atomic_write_text(run_dir / "report.html", to_html(rep, title, ratio_png, timing_png))
+    return run_dir / "report.html"
+
+
+def maybe_render(run_dir):
+    """Render if matplotlib is installed; never fails a campaign. Returns the line to print."""
+    later = f"python -m difftest report {run_dir}"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return ("report not rendered (matplotlib is not installed); on any machine with matplotlib, from "
+                f"this run directory or a copy of it: {later}")
+    try:
+        return f"report: {render(run_dir)}"
+    except (ReportError, OSError) as e:
+        return f"report not rendered ({e}); retry with: {later}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m difftest report", description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", help="a run directory written by python -m difftest fuzz --out DIR")
+    p.add_argument("--top", type=int, default=TOP, help=f"worst cases listed (default {TOP})")
+    try:
+        args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:  # argparse printed its one-line usage error
+        return 2 if e.code else 0
+    try:
+        print(f"report: {render(args.run_dir, args.top)}")
+    except (ReportError, OSError) as e:  # OSError: an unreadable or unwritable run directory
+        print(f"difftest: error: {e}", file=sys.stderr)
+        return 2
+    return 0

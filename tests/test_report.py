@@ -1,0 +1,214 @@
+"""difftest/report.py: the campaign report renders from a run directory written with the tester's own row,
+summary and fixture writers, holds the input's numbers, loads nothing from the network, and reads in a
+browser (headless Chromium screenshot where Chromium is installed)."""
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+from difftest import campaign, cli, fixtures, generate, impl_spec, interface, report
+from difftest.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.check import Result
+
+pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (extra 'report')")
+
+GROUPED = RoutingConfig("deepseek_v3", num_tokens=4, num_experts=16, top_k=4, n_group=4, topk_group=2)
+ROUTING = RoutingConfig("renormalize", num_tokens=3, num_experts=8, top_k=2)
+QUANT = QuantConfig("fp8_group", num_tokens=2, hidden_size=256)
+MOE = MoEConfig(RoutingConfig("renormalize", num_tokens=3, num_experts=4, top_k=2), 32, 32)
+MOE_RELU2 = MoEConfig(RoutingConfig("renormalize", num_tokens=5, num_experts=4, top_k=2), 64, 32,
+                      activation="relu2")
+FAKE = SimpleNamespace(name="fake_gpu", version="0.0")  # a second implementation, recorded only
+
+# (worker, implementation, case, result): every status and the edge ratios (0, inf) appear.
+FAIL_MESSAGE = "out[1, 3]=0.5 but spec=0.49 (3.5x) [moe, torch]"
+def passed(ratio, seconds, spec_seconds):
+    return Result("pass", ratio, "", seconds=seconds, spec_seconds=spec_seconds)
+
+
+RUN = [
+    (0, "torch", Case("routing", GROUPED, "normal", 1), passed(0.0, 1e-3, 2e-3)),
+    (0, "torch", Case("routing", GROUPED, "near_ties", 2), passed(0.01, 2e-3, 2e-3)),
+    (0, "torch", Case("routing", ROUTING, "large", 3), passed(0.2, 4e-3, 1e-3)),
+    (0, "torch", Case("quant", QUANT, "zero_group", 4), passed(0.05, 3e-3, 1e-3)),
+    (0, "torch", Case("quant", QUANT, "normal", 5), Result("skip", 0.0, "torch: layout col_tma needs CUDA")),
+    (0, "torch", Case("moe", MOE, "normal", 6), passed(0.3, 0.02, 0.05)),
+    (0, "torch", Case("moe", MOE, "normal", 7),
+     Result("fail", 3.5, FAIL_MESSAGE, seconds=0.03, spec_seconds=0.05)),
+    (1, "fake_gpu", Case("routing", ROUTING, "exact_ties", 8),
+     Result("error", float("inf"), "fake_gpu raised RuntimeError: boom")),
+    (1, "fake_gpu", Case("routing", ROUTING, "normal", 9), Result("skip", 0.0, "fake_gpu needs sm90")),
+    (1, "fake_gpu", Case("routing", ROUTING, "normal", 10), Result("skip", 0.0, "fake_gpu needs sm90")),
+    (1, "fake_gpu", Case("moe", MOE_RELU2, "tiny", 11), passed(0.7, 0.01, 0.04)),
+]
+WALL_SECONDS = 2.0
+SECTION_IDS = [sid for sid, _ in report.SECTIONS]
+
+
+def write_run(out):
+    """A run directory as `python -m difftest fuzz --out` writes it: worker part files merged by summarize,
+    the failing torch case as a real fixture, summary.json with the fields cmd_fuzz adds."""
+    out.mkdir()
+    recorders = {w: campaign.jsonl_recorder(out / f"cases-{w}.jsonl") for w in (0, 1)}
+    for w, impl, case, result in RUN:
+        recorders[w](campaign.case_row(impl, case, result))
+    for r in recorders.values():
+        r.close()
+    torch_impl = interface.load("torch")
+    _, _, case, result = RUN[6]
+    recipe = torch_impl.recipe(case)
+    path = fixtures.write(out / "fixtures", case, "torch", torch_impl, recipe,
+                          {"status": result.status, "ratio": result.ratio, "message": result.message},
+                          impl_spec.expected(case, generate.inputs(case), recipe))
+    summary = cli.summarize(out)
+    finding = {"impl": "torch", "op": "moe", "message": result.message, "fixture": str(path)}
+    summary.update({"seconds": WALL_SECONDS, "workers": 2, "impls": ["torch", "fake_gpu"],
+                    "ops": ["routing", "quant", "moe"], "model": None, "seed": 0, "worker_errors": [],
+                    "findings": [finding]})
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    run_dir = write_run(tmp_path_factory.mktemp("report") / "run")
+    assert report.main([str(run_dir), "--top", "5"]) == 0
+    rep = json.loads((run_dir / "report.json").read_text())
+    return run_dir, rep, (run_dir / "report.html").read_text()
+
+
+def test_report_json_holds_the_input_numbers(rendered):
+    run_dir, rep, _ = rendered
+    rows = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    assert rep["totals"]["cases"] == len(RUN) == len(rows)
+    assert rep["totals"]["status"] == dict(Counter(r.status for *_, r in RUN)), rep["totals"]
+    per_op = Counter()
+    for c in rep["counts"]:
+        per_op[c["op"]] += c["total"]
+    assert per_op == Counter(case.op for _, _, case, _ in RUN)
+    assert rep["totals"]["max_ratio"] == 3.5 and rep["totals"]["max_ratio_impl"] == "torch"
+    assert rep["skips"][0] == {"impl": "fake_gpu", "op": "routing", "reason": "fake_gpu needs sm90",
+                               "count": 2}
+    assert rep["ratios"]["impls"]["torch"]["max"] == 3.5
+    assert rep["ratios"]["impls"]["fake_gpu"]["non_finite"] == 1
+    for impl, st in rep["ratios"]["impls"].items():
+        positive = sum(1 for _, i, _, r in RUN if i == impl and r.status != "skip"
+                       and 0 < r.ratio < float("inf"))
+        assert sum(map(sum, st["hist"].values())) == positive, impl
+    assert rep["timing"]["rate"] == len(RUN) / WALL_SECONDS
+    assert rep["timing"]["per_op"]["moe"]["impl_seconds"] == pytest.approx(0.06)
+
+
+def test_coverage_marks_values_never_hit(rendered):
+    _, rep, _ = rendered
+    activation = rep["coverage"]["moe"]["activation"]
+    assert activation["impls"] == ["fake_gpu", "torch"]
+    assert ["relu2", 1, 0] in activation["rows"] and ["swiglu", 0, 2] in activation["rows"]
+    assert ["relu2", "torch"] in activation["zero"] and ["swiglu", "fake_gpu"] in activation["zero"]
+    methods = dict((r[0], r[1:]) for r in rep["coverage"]["routing"]["routing method"]["rows"])
+    assert methods["deepseek_v3"] == [0, 2] and methods["renormalize"] == [1, 1]  # skips are not coverage
+    tokens = rep["coverage"]["routing"]["tokens"]
+    assert (tokens["min"], tokens["max"]) == (3, 4) and ["2–3", 1, 1] in tokens["rows"]
+
+
+def test_worst_cases_link_their_fixtures(rendered):
+    run_dir, rep, page = rendered
+    assert len(rep["worst"]) == 5
+    first, second = rep["worst"][:2]
+    assert (first["impl"], first["status"], first["ratio"]) == ("fake_gpu", "error", None)
+    assert (second["ratio"], second["fixture"]) == (3.5, rep["findings"][0]["fixture"])
+    assert not second["fixture"].startswith("/") and (run_dir / second["fixture"] / "case.json").is_file()
+    assert f'href="{second["fixture"]}"' in page
+
+
+def test_html_is_self_contained(rendered):
+    _, _, page = rendered
+    for sid in SECTION_IDS:
+        assert f'<section id="{sid}">' in page, sid
+    images = re.findall(r'<img[^>]* src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 2 and all(base64.b64decode(b)[:8] == b"\x89PNG\r\n\x1a\n" for b in images)
+    remote = re.findall(r'(?:src|href|action)\s*=\s*["\']?\s*(?:[a-z][a-z0-9+.-]*:)?//', page, re.I)
+    assert not remote, remote
+    assert not re.search(r"@import|url\(|<script|<link|<iframe|<object", page, re.I)
+    assert "3.5" in page and "fake_gpu needs sm90" in page and '<td class="zero n">0</td>' in page
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("no directory", "no such run directory"),
+    ("no cases", "no cases.jsonl"),
+    ("corrupt line", "cases.jsonl:2: not a JSON line"),
+    ("row without status", "cases.jsonl:1: a case row needs string fields"),
+    ("corrupt summary", "summary.json: not valid JSON"),
+])
+def test_bad_run_directory_is_a_one_line_error(tmp_path, capsys, breakage, message):
+    run_dir = tmp_path / "run"
+    row = json.dumps(campaign.case_row(*RUN[2][1:]))
+    if breakage != "no directory":
+        run_dir.mkdir()
+    if breakage == "corrupt line":
+        (run_dir / "cases.jsonl").write_text(row + "\n{not json\n")
+    if breakage == "row without status":
+        (run_dir / "cases.jsonl").write_text(json.dumps({"op": "routing", "impl": "torch"}) + "\n")
+    if breakage == "corrupt summary":
+        (run_dir / "cases.jsonl").write_text(row + "\n")
+        (run_dir / "summary.json").write_text('{"cases": ')
+    assert report.main([str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("difftest: error: ") and message in err and err.count("\n") == 1, err
+    assert not (run_dir / "report.html").exists()
+
+
+def test_unfinished_run_renders_from_worker_parts(tmp_path):
+    """A killed campaign: no merge, no summary.json, a torn last line in a part file."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rows = [json.dumps(campaign.case_row(i, c, r)) for _, i, c, r in RUN[:4]]
+    (run_dir / "cases-0.jsonl").write_text("\n".join(rows) + '\n{"impl": "torch", "op": "rou')
+    page = report.render(run_dir).read_text()
+    rep = json.loads((run_dir / "report.json").read_text())
+    assert rep["totals"]["cases"] == 4 and rep["timing"]["rate"] is None
+    assert any("no summary.json" in n for n in rep["notes"]) and any("part files" in n for n in rep["notes"])
+    assert report.NOT_RECORDED in page
+
+
+def test_maybe_render_without_matplotlib_says_how_to_render_later(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "cases.jsonl").write_text(json.dumps(campaign.case_row(*RUN[0][1:])) + "\n")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+        message = report.maybe_render(run_dir)
+    assert f"python -m difftest report {run_dir}" in message and "matplotlib is not installed" in message
+    assert not (run_dir / "report.html").exists()
+    assert report.maybe_render(run_dir) == f"report: {run_dir / 'report.html'}"
+    assert (run_dir / "report.html").is_file()
+
+
+def _chromium():
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium/chrome on PATH for the headless screenshot")
+def test_headless_screenshot_is_a_readable_page(rendered, tmp_path):
+    import matplotlib.image
+
+    run_dir, _, _ = rendered
+    png = tmp_path / "report.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1280,3000"]
+    subprocess.run([_chromium(), *flags, (run_dir / "report.html").as_uri()], capture_output=True, timeout=60,
+                   check=True)
+    pixels = matplotlib.image.imread(png)[..., :3]
+    assert pixels.shape[:2] == (3000, 1280) and png.stat().st_size > 30_000
+    ink = (pixels < 0.9).any(axis=-1).mean()
+    assert 0.02 < ink < 0.6, f"{ink:.1%} of the page is non-white: blank or unstyled"
+    zero_cell = (abs(pixels - [249 / 255, 201 / 255, 201 / 255]) < 0.02).all(axis=-1)
+    assert zero_cell.sum() > 500, "no zero-coverage cells drawn: the page's CSS did not apply"
