@@ -9,9 +9,22 @@ import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
 
+from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
+
 OPS = ("routing", "quant", "moe")
-ROUTING_METHODS = ("default", "renormalize", "renormalize_naive", "deepseek_v3", "llama4", "topk",
-                   "sigmoid_renorm", "sigmoid", "topk_sigmoid", "minimax2", "deepseek_v2")
+ROUTING_METHODS = (
+    "default",
+    "renormalize",
+    "renormalize_naive",
+    "deepseek_v3",
+    "llama4",
+    "topk",
+    "sigmoid_renorm",
+    "sigmoid",
+    "topk_sigmoid",
+    "minimax2",
+    "deepseek_v2",
+)
 ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh", "relu2", "silu", "gelu", "identity")
 GATED_ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh")
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
@@ -22,7 +35,6 @@ BIASED_METHODS = ("deepseek_v3", "minimax2")  # the methods whose selection adds
 LOGIT_DTYPES = ("fp32", "bf16", "fp16")
 BIAS_DTYPES = ("fp32", "bf16")
 QUANT_INPUT_DTYPES = ("bf16", "fp16", "fp32")
-QUANT_FORMULA_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax", "rcp448_scale")
 
 
 class CaseError(ValueError):
@@ -93,26 +105,40 @@ def check_routing(c):
     _require(c.num_tokens >= 0, f"num_tokens={c.num_tokens} must be >= 0")
     _require(c.num_experts >= 1, f"num_experts={c.num_experts} must be >= 1")
     _require(1 <= c.top_k <= c.num_experts, f"top_k={c.top_k} must be in [1, num_experts={c.num_experts}]")
-    _require(c.n_group >= 1 and c.num_experts % c.n_group == 0,
-             f"num_experts={c.num_experts} must be a multiple of n_group={c.n_group}")
+    _require(
+        c.n_group >= 1 and c.num_experts % c.n_group == 0,
+        f"num_experts={c.num_experts} must be a multiple of n_group={c.n_group}",
+    )
     _require(1 <= c.topk_group <= c.n_group, f"topk_group={c.topk_group} must be in [1, n_group={c.n_group}]")
-    _require(c.n_group == 1 or c.method in GROUPED_METHODS,
-             f"n_group={c.n_group} > 1 needs a grouped method {GROUPED_METHODS}, got {c.method!r}")
-    _require(c.top_k <= c.topk_group * (c.num_experts // c.n_group),
-             f"top_k={c.top_k} exceeds the experts in topk_group={c.topk_group} groups "
-             f"of {c.num_experts // c.n_group}")
+    _require(
+        c.n_group == 1 or c.method in GROUPED_METHODS,
+        f"n_group={c.n_group} > 1 needs a grouped method {GROUPED_METHODS}, got {c.method!r}",
+    )
+    _require(
+        c.top_k <= c.topk_group * (c.num_experts // c.n_group),
+        f"top_k={c.top_k} exceeds the experts in topk_group={c.topk_group} groups "
+        f"of {c.num_experts // c.n_group}",
+    )
     _require(c.method != "llama4" or c.top_k == 1, f"llama4 routing is top-1, got top_k={c.top_k}")
     _require(c.logits_dtype in LOGIT_DTYPES, f"logits_dtype {c.logits_dtype!r} is not one of {LOGIT_DTYPES}")
-    _require(c.bias_dtype is None or c.bias_dtype in BIAS_DTYPES,
-             f"bias_dtype {c.bias_dtype!r} is not None or one of {BIAS_DTYPES}")
-    _require(c.bias_dtype is None or c.method in BIASED_METHODS,
-             f"a correction bias needs a biased method {BIASED_METHODS}, got {c.method!r}")
+    _require(
+        c.bias_dtype is None or c.bias_dtype in BIAS_DTYPES,
+        f"bias_dtype {c.bias_dtype!r} is not None or one of {BIAS_DTYPES}",
+    )
+    _require(
+        c.bias_dtype is None or c.method in BIASED_METHODS,
+        f"a correction bias needs a biased method {BIASED_METHODS}, got {c.method!r}",
+    )
     rsf = c.routed_scaling_factor
-    _require(rsf is None or (math.isfinite(rsf) and rsf > 0),
-             f"routed_scaling_factor={rsf} must be None or finite and > 0")
+    _require(
+        rsf is None or (math.isfinite(rsf) and rsf > 0),
+        f"routed_scaling_factor={rsf} must be None or finite and > 0",
+    )
     _require(math.isfinite(c.eps) and c.eps >= 0, f"eps={c.eps} must be finite and >= 0")
     _require(c.num_fused_shared_experts >= 0, f"num_fused_shared_experts={c.num_fused_shared_experts} < 0")
-    _require(c.group_mask_value in (0.0, -math.inf), f"group_mask_value={c.group_mask_value} must be 0.0 or -inf")
+    _require(
+        c.group_mask_value in (0.0, -math.inf), f"group_mask_value={c.group_mask_value} must be 0.0 or -inf"
+    )
 
 
 def check_quant(c):
@@ -121,36 +147,60 @@ def check_quant(c):
     _require(c.num_tokens >= 0, f"num_tokens={c.num_tokens} must be >= 0")
     _require(c.hidden_size >= 1, f"hidden_size={c.hidden_size} must be >= 1")
     block = {"fp8_group": c.group_size, "mxfp8": 32, "nvfp4": 16}[c.scheme]
-    _require(block >= 1 and c.hidden_size % block == 0,
-             f"hidden_size={c.hidden_size} must be a multiple of the {c.scheme} block {block}")
-    _require(c.input_dtype in QUANT_INPUT_DTYPES, f"input_dtype {c.input_dtype!r} is not one of {QUANT_INPUT_DTYPES}")
-    _require(c.variant in QUANT_FORMULA_VARIANTS, f"variant {c.variant!r} is not one of {QUANT_FORMULA_VARIANTS}")
-    _require(c.scale_formula in ("div448", "mul_rcp448"), f"scale_formula {c.scale_formula!r} is not div448|mul_rcp448")
+    _require(
+        block >= 1 and c.hidden_size % block == 0,
+        f"hidden_size={c.hidden_size} must be a multiple of the {c.scheme} block {block}",
+    )
+    _require(
+        c.input_dtype in QUANT_INPUT_DTYPES,
+        f"input_dtype {c.input_dtype!r} is not one of {QUANT_INPUT_DTYPES}",
+    )
+    _require(c.variant in QUANT_VARIANTS, f"variant {c.variant!r} is not one of {QUANT_VARIANTS}")
+    _require(
+        c.scale_formula in SCALE_FORMULAS, f"scale_formula {c.scale_formula!r} is not one of {SCALE_FORMULAS}"
+    )
     _require(c.scale_fmt in ("fp32", "ue8m0"), f"scale_fmt {c.scale_fmt!r} is not fp32|ue8m0")
     _require(c.layout in SCALE_LAYOUTS, f"layout {c.layout!r} is not one of {SCALE_LAYOUTS}")
-    _require(c.layout != "ue8m0_packed" or c.scale_fmt == "ue8m0", "layout ue8m0_packed needs scale_fmt ue8m0")
+    _require(
+        c.layout in (("row", "ue8m0_packed") if c.scale_fmt == "ue8m0" else ("row", "col", "col_tma")),
+        f"layout {c.layout} with scale_fmt {c.scale_fmt}: ue8m0 scales are row-major fp32 or ue8m0_packed "
+        "(SGLang asserts column-major ue8m0 is TMA-aligned packed), fp32 scales row, col or col_tma",
+    )
     _require(c.mx_rule in ("ocp", "ceil448"), f"mx_rule {c.mx_rule!r} is not ocp|ceil448")
 
 
 def check_moe(c):
     """Raise CaseError naming the first violated constraint of a MoEConfig."""
     check_routing(c.routing)
-    _require(c.hidden_size >= 1 and c.intermediate_size >= 1, "hidden_size and intermediate_size must be >= 1")
+    _require(
+        c.hidden_size >= 1 and c.intermediate_size >= 1, "hidden_size and intermediate_size must be >= 1"
+    )
     _require(c.activation in ACTIVATIONS, f"activation {c.activation!r} is not one of {ACTIVATIONS}")
     _require(c.half_order in ("gate_up", "up_gate"), f"half_order {c.half_order!r} is not gate_up|up_gate")
     _require(c.quant in QUANT_PATHS, f"quant path {c.quant!r} is not one of {QUANT_PATHS}")
     block = {"bf16": 1, "fp8_block": 1, "mxfp8": 32, "nvfp4": 16}[c.quant]
-    _require(c.hidden_size % block == 0 and c.intermediate_size % block == 0,
-             f"quant {c.quant} needs hidden_size and intermediate_size multiples of {block}")
+    _require(
+        c.hidden_size % block == 0 and c.intermediate_size % block == 0,
+        f"quant {c.quant} needs hidden_size and intermediate_size multiples of {block}",
+    )
     _require(c.hidden_dtype in ("bf16", "fp16"), f"hidden_dtype {c.hidden_dtype!r} is not bf16|fp16")
     E, local = c.routing.num_experts, c.local_num_experts
     _require(0 <= c.local_expert_offset < E, f"local_expert_offset={c.local_expert_offset} not in [0, {E})")
-    _require(local is None or 1 <= local <= E - c.local_expert_offset,
-             f"local_num_experts={local} must be in [1, num_experts - local_expert_offset = "
-             f"{E - c.local_expert_offset}]")
-    _require(c.rsf_placement in ("routing", "combine"), f"rsf_placement {c.rsf_placement!r} is not routing|combine")
-    _require(not c.router_weight_on_input or c.routing.top_k == 1, "router_weight_on_input needs top_k == 1")
-    _require(c.routing.num_fused_shared_experts == 0, "moe cases take no fused shared experts (routing op only)")
+    _require(
+        local is None or 1 <= local <= E - c.local_expert_offset,
+        f"local_num_experts={local} must be in [1, num_experts - local_expert_offset = "
+        f"{E - c.local_expert_offset}]",
+    )
+    _require(
+        c.rsf_placement in ("routing", "combine"), f"rsf_placement {c.rsf_placement!r} is not routing|combine"
+    )
+    _require(
+        not c.router_weight_on_input or (c.routing.top_k == 1 and c.rsf_placement == "routing"),
+        "router_weight_on_input needs top_k == 1 and rsf_placement routing (the full weight on the input)",
+    )
+    _require(
+        c.routing.num_fused_shared_experts == 0, "moe cases take no fused shared experts (routing op only)"
+    )
 
 
 CHECKS = {"routing": check_routing, "quant": check_quant, "moe": check_moe}
@@ -168,7 +218,11 @@ def _config_from_dict(cls, d):
         raise CaseError(f"{cls.__name__}: missing fields {sorted(missing)}")
     d = dict(d)
     for f in fields(cls):
-        if f.name in d and f.type in ("int", int) and (not isinstance(d[f.name], int) or isinstance(d[f.name], bool)):
+        if (
+            f.name in d
+            and f.type in ("int", int)
+            and (not isinstance(d[f.name], int) or isinstance(d[f.name], bool))
+        ):
             raise CaseError(f"{cls.__name__}.{f.name} must be an integer, got {d[f.name]!r}")
     if cls is MoEConfig:
         d["routing"] = _config_from_dict(RoutingConfig, d["routing"])
@@ -206,8 +260,10 @@ class Case:
         if not isinstance(self.config, CONFIGS[self.op]):
             raise CaseError(f"op {self.op!r} needs a {CONFIGS[self.op].__name__}")
         CHECKS[self.op](self.config)
-        _require(isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63,
-                 f"seed={self.seed!r} must be an integer in [0, 2**63)")
+        _require(
+            isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63,
+            f"seed={self.seed!r} must be an integer in [0, 2**63)",
+        )
 
     def to_dict(self):
         return {"op": self.op, "config": _jsonable(asdict(self.config)), "dist": self.dist, "seed": self.seed}

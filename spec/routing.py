@@ -18,10 +18,16 @@ Ties. Selection is a stable sort on -key: equal keys → lower expert index firs
 lower group index first (trtllm-gen TopKRedType, moe_fused_gate). Columns of ids are in selection order.
 
 Special values follow IEEE arithmetic of the formulas as written, without warnings. A NaN key ranks below
-every number, -inf included, so a NaN expert (or group) is chosen only when too few others remain; a
-selected NaN weight makes its token's renormalized weights NaN. σ(+inf) = 1 and σ(-inf) = 0. A softmax
-row whose maximum is not finite (a NaN or +inf logit, or all -inf) is all NaN, and its ids are 0..k-1.
-Group scores rank NaN last as well: the top-2 sum and the max take the largest non-NaN keys first.
+every number, -inf included (decided for spec and impls/torch_eager alike: the CUDA routing kernels select
+by iterated `>` argmax, sem §1.3 moe_fused_gate, §1.6 topk_softmax, which a NaN never wins), so a NaN expert
+(or group) is chosen only when too few others remain; a selected NaN weight makes its token's renormalized
+weights NaN. σ(+inf) = 1 and σ(-inf) = 0. A softmax row whose maximum is not finite (a NaN or +inf logit,
+or all -inf) is all NaN, and its ids are 0..k-1. Group scores rank NaN last as well: the top-2 sum and the
+max take the largest non-NaN keys first.
+
+Forced ids. ``ids`` (int [T, top_k], distinct per token) replaces a method's selection: the weights are its
+formula at those ids, gathered from the same (masked) scores, summed in the given column order; the margins
+still describe the spec's own selection (spec/layer.py recomputes a layer with an implementation's ids).
 
 Margins (float64 [T]): key of the last selected expert minus key of the first rejected expert of the kept
 groups (inf when none is rejected; 0 for equal keys, infinite ones included; NaN when either key is NaN);
@@ -70,6 +76,7 @@ class _Options(NamedTuple):
     weights_dtype: str = "fp32"
     renorm_order: str = "divide_then_scale"
     ideal: bool = False
+    ids: np.ndarray | None = None
 
     @property
     def dtype(self):
@@ -115,6 +122,13 @@ def _check_options(method, o, num_experts):
     _require(_is_int(S) and S >= 0, f"num_fused_shared_experts must be an integer >= 0, got {S!r}")
     _require(o.renormalize in (True, False), f"renormalize must be a bool, got {o.renormalize!r}")
     _require(o.ideal in (True, False), f"ideal must be a bool, got {o.ideal!r}")
+    if o.ids is not None:
+        ids = np.asarray(o.ids)
+        _require(ids.dtype.kind in "iu" and ids.ndim == 2 and ids.shape[1] == k,
+                 f"forced ids must be an integer array [T, top_k={k}], got {ids.dtype} {ids.shape}")
+        _require(ids.size == 0 or (ids.min() >= 0 and ids.max() < E), f"forced ids must lie in [0, {E})")
+        _require(k == 1 or not (np.diff(np.sort(ids, axis=1), axis=1) == 0).any(),
+                 "forced ids must be distinct within a token")
     for name, value, allowed in (("bias_dtype", o.bias_dtype, ROUTED_DTYPES),
                                  ("sigmoid", o.sigmoid, SIGMOIDS),
                                  ("weights_dtype", o.weights_dtype, ROUTED_DTYPES),
@@ -131,6 +145,8 @@ def _read(method, logits, bias, options):
              f"logits must be 2-D [T, E] with E >= 1, got shape {logits.shape}")
     E = logits.shape[1]
     _check_options(method, o, E)
+    _require(o.ids is None or len(o.ids) == logits.shape[0],
+             f"forced ids have {0 if o.ids is None else len(o.ids)} rows, logits {logits.shape[0]}")
     if method not in _BIASED:
         _require(bias is None, f"{method} takes no correction bias")
         return logits.astype(o.dtype), None, o
@@ -193,6 +209,12 @@ def _top_k(keys, k, candidates=None):
     first_rejected = _gather(rest, eligible.argmax(axis=-1)[:, None])
     margin = _difference(_gather(keys, ids[:, -1:]), _gather(keys, first_rejected))[:, 0]
     return ids, np.where(eligible.any(axis=-1), margin, np.inf)
+
+
+def _select(keys, o, candidates=None):
+    """_top_k of the method's keys; forced ``o.ids`` replace the ids, the margins stay the spec's own."""
+    ids, margin = _top_k(keys, o.top_k, candidates)
+    return (ids if o.ids is None else np.asarray(o.ids, np.int64)), margin
 
 
 def _top2_sum(grouped):
@@ -261,7 +283,7 @@ def default(logits, bias=None, **options):
     """p = softmax(x) over all E; ids = top-k of p; w = p[ids]·rsf (no renormalization)."""
     x, _, o = _read("default", logits, bias, options)
     p = _softmax(x, o.dtype)
-    ids, margin = _top_k(p, o.top_k)
+    ids, margin = _select(p, o)
     return _routing(ids, _scale(_gather(p, ids), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -269,7 +291,7 @@ def default(logits, bias=None, **options):
 def renormalize(logits, bias=None, **options):
     """ids = top-k of the raw logits x; w = softmax(x[ids]) over the k picks, ·rsf (Mixtral / Qwen3)."""
     x, _, o = _read("renormalize", logits, bias, options)
-    ids, margin = _top_k(x, o.top_k)
+    ids, margin = _select(x, o)
     return _routing(ids, _scale(_softmax(_gather(x, ids), o.dtype), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -278,7 +300,7 @@ def renormalize_naive(logits, bias=None, **options):
     """p = softmax(x); ids = top-k of p; w = p[ids]/(Σ p[ids] + eps)·rsf."""
     x, _, o = _read("renormalize_naive", logits, bias, options)
     p = _softmax(x, o.dtype)
-    ids, margin = _top_k(p, o.top_k)
+    ids, margin = _select(p, o)
     return _routing(ids, _renormalized(_gather(p, ids), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -290,7 +312,7 @@ def deepseek_v3(logits, bias=None, **options):
     s = _sigmoid(x, o)
     c = s + b
     kept, group_margin = _kept_groups(c, o, _top2_sum)
-    ids, margin = _top_k(np.where(kept, c, o.dtype(-np.inf)), o.top_k, kept)
+    ids, margin = _select(np.where(kept, c, o.dtype(-np.inf)), o, kept)
     w = _renormalized(_gather(s, ids), o) if o.renormalize else _scale(_gather(s, ids), o)
     return _routing(ids, w, margin, group_margin, x.shape[1], o)
 
@@ -299,7 +321,7 @@ def deepseek_v3(logits, bias=None, **options):
 def llama4(logits, bias=None, **options):
     """id = argmax x (top_k must be 1; first maximum wins); w = σ(x[id])·rsf."""
     x, _, o = _read("llama4", logits, bias, options)
-    ids, margin = _top_k(x, o.top_k)
+    ids, margin = _select(x, o)
     return _routing(ids, _scale(_sigmoid(_gather(x, ids), o), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -307,7 +329,7 @@ def llama4(logits, bias=None, **options):
 def topk(logits, bias=None, **options):
     """ids = top-k of the raw logits x; w = x[ids]·rsf (no softmax)."""
     x, _, o = _read("topk", logits, bias, options)
-    ids, margin = _top_k(x, o.top_k)
+    ids, margin = _select(x, o)
     return _routing(ids, _scale(_gather(x, ids), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -317,7 +339,7 @@ def sigmoid_renorm(logits, bias=None, **options):
     s[ids]·rsf."""
     x, _, o = _read("sigmoid_renorm", logits, bias, options)
     s = _sigmoid(x, o)
-    ids, margin = _top_k(s, o.top_k)
+    ids, margin = _select(s, o)
     w = _renormalized(_gather(s, ids), o) if o.renormalize else _scale(_gather(s, ids), o)
     return _routing(ids, w, margin, _no_groups(x), x.shape[1], o)
 
@@ -327,7 +349,7 @@ def sigmoid(logits, bias=None, **options):
     """s = σ(x); ids = top-k of s (saturated sigmoids tie); w = s[ids]·rsf (no renormalization)."""
     x, _, o = _read("sigmoid", logits, bias, options)
     s = _sigmoid(x, o)
-    ids, margin = _top_k(s, o.top_k)
+    ids, margin = _select(s, o)
     return _routing(ids, _scale(_gather(s, ids), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -335,7 +357,7 @@ def sigmoid(logits, bias=None, **options):
 def topk_sigmoid(logits, bias=None, **options):
     """ids = top-k of the raw logits x; w = σ(x[ids])·rsf (no renormalization)."""
     x, _, o = _read("topk_sigmoid", logits, bias, options)
-    ids, margin = _top_k(x, o.top_k)
+    ids, margin = _select(x, o)
     return _routing(ids, _scale(_sigmoid(_gather(x, ids), o), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -344,7 +366,7 @@ def minimax2(logits, bias=None, **options):
     """s = σ(x); ids = top-k of s + b; w = s[ids]/(Σ s[ids] + eps)·rsf (weights from the unbiased s)."""
     x, b, o = _read("minimax2", logits, bias, options)
     s = _sigmoid(x, o)
-    ids, margin = _top_k(s + b, o.top_k)
+    ids, margin = _select(s + b, o)
     return _routing(ids, _renormalized(_gather(s, ids), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -357,7 +379,7 @@ def deepseek_v2(logits, bias=None, **options):
     p = _softmax(x, o.dtype)
     kept, group_margin = _kept_groups(p, o, _group_max)
     q = np.where(kept, p, o.dtype(o.group_mask_value))
-    ids, margin = _top_k(q, o.top_k, kept)
+    ids, margin = _select(q, o, kept)
     w = _renormalized(_gather(q, ids), o) if o.renormalize else _scale(_gather(q, ids), o)
     return _routing(ids, w, margin, group_margin, x.shape[1], o)
 
@@ -368,7 +390,7 @@ def route(logits, bias=None, *, method, **options):
     """Route with the named method of ROUTING_METHODS. Options, all keyword: top_k, n_group=1, topk_group=1,
     routed_scaling_factor=None, renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=-inf,
     bias_dtype="fp32", sigmoid="exact", weights_dtype="fp32", renorm_order="divide_then_scale",
-    ideal=False."""
+    ideal=False, ids=None (forced routed ids [T, top_k])."""
     _require(method in _METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
     return _METHODS[method](logits, bias, **options)
 

@@ -2,6 +2,8 @@
 
 All scale arithmetic is fp32 with each operation rounded as written; e4m3 values are produced by clamping to
 +-448 and casting (RNE; NaN stays NaN), so results do not depend on whether the cast saturates.
+NaN: every amax skips NaN elements (the CUDA quantizers reduce with fmaxf / __hmax, which return the other
+operand; torch's amax would propagate it); the NaN element itself becomes a NaN code.
 """
 
 import torch
@@ -46,6 +48,12 @@ def e8m0_to_float(codes):
     """uint8 e8m0 codes -> fp32 2^(code - 127); code 255 -> NaN."""
     value = torch.exp2(codes.to(torch.float64) - 127).float()
     return value.masked_fill(codes == 255, float("nan"))
+
+
+def abs_amax(x, dim):
+    """max |x| over dim (kept as size 1), NaN elements skipped; 0 when all are NaN."""
+    a = x.abs()
+    return a.masked_fill(a.isnan(), 0.0).amax(dim, keepdim=True)
 
 
 def group_view(x, group_size):
@@ -94,7 +102,7 @@ def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", sc
     """
     check_quant(x, group_size, variant, scale_formula, scale_ue8m0, column_major_scales, scale_tma_aligned)
     xg = group_view(x.float(), group_size)  # [..., M, G, g]
-    amax = xg.abs().amax(-1, keepdim=True).clamp_min(eps)
+    amax = abs_amax(xg, -1).clamp_min(eps)
     s = group_scale(amax, scale_formula)
     if scale_ue8m0:
         codes = ue8m0_ceil(s)
@@ -136,7 +144,8 @@ def weight_block_quant(w, block=128, *, eps=1e-10):
     if w.ndim < 2:
         raise ValueError(f"weights must be [..., N, K], got {tuple(w.shape)}")
     N, K = w.shape[-2:]
-    amax = block_view(w.float().abs(), block).amax(dim=(-3, -1)).clamp_min(eps)  # [..., N/b, K/b]
+    amax = abs_amax(block_view(w.float(), block), (-3, -1)).squeeze(-1).squeeze(-2)  # [..., N/b, K/b]
+    amax = amax.clamp_min(eps)
     s = amax / fp32(FP8_MAX, amax)
     return to_e4m3(w.float() / expand_blocks(s, N, K, block)), s
 
@@ -156,13 +165,12 @@ def mxfp8_quant(x, *, rule="ocp"):
     if rule not in MX_RULES:
         raise ValueError(f"rule {rule!r} is not one of {MX_RULES}")
     xg = group_view(x.float(), 32)
-    amax = xg.abs().amax(-1, keepdim=True)
+    amax = abs_amax(xg, -1)
     if rule == "ceil448":
         codes = ue8m0_ceil(amax / fp32(FP8_MAX, amax))
     else:
         exponent = torch.frexp(amax).exponent - 1  # floor(log2 amax), exact for subnormals too
         codes = torch.where(amax > 0, (exponent - 8 + 127).clamp(0, 254), 0).to(torch.uint8)
-    codes = codes.masked_fill(amax.isnan(), 255)
     return to_e4m3(xg / e8m0_to_float(codes)).flatten(-2), codes.squeeze(-1)
 
 

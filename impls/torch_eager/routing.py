@@ -6,7 +6,8 @@ All later arithmetic is fp32: bias add, top-2 group sums, the sum of the selecte
 selection order), the divide by (sum + eps) and the rsf multiply.
 
 Selection: larger key first; equal keys -> lower expert index; equal group scores -> lower group index. NaN
-keys rank above every number (torch.sort's order). ids come in selection order.
+keys rank below every number, -inf included (the CUDA routing kernels pick by iterated `>` comparisons, which
+a NaN never wins; torch.sort alone would put NaN first). ids come in selection order.
 """
 
 import torch
@@ -28,9 +29,17 @@ def softmax(logits):
     return torch.softmax(logits.double(), dim=-1).float()
 
 
+def descending_order(keys):
+    """Indices sorting each row: key descending, index ascending on ties, NaN after every number."""
+    filled = keys.masked_fill(keys.isnan(), float("-inf"))
+    order = torch.sort(filled, dim=-1, descending=True, stable=True).indices
+    nan_last = torch.sort(keys.isnan().gather(-1, order).float(), dim=-1, stable=True).indices
+    return order.gather(-1, nan_last)
+
+
 def topk_ids(keys, k):
-    """ids [T, k] of the k largest keys per row: key descending, then index ascending (stable sort)."""
-    return torch.sort(keys, dim=-1, descending=True, stable=True).indices[..., :k]
+    """ids [T, k] of the k largest keys per row (descending_order)."""
+    return descending_order(keys)[..., :k]
 
 
 def group_mask(keys, group_scores, topk_group, mask_value):
@@ -45,7 +54,8 @@ def group_mask(keys, group_scores, topk_group, mask_value):
 def top2_sum(keys, n_group):
     """Group score = sum of the two largest keys of each group (fp32). [T, E] -> [T, G]."""
     T, E = keys.shape
-    top2 = torch.sort(keys.view(T, n_group, E // n_group), dim=-1, descending=True).values[..., :2]
+    grouped = keys.view(T, n_group, E // n_group)
+    top2 = grouped.gather(-1, descending_order(grouped)[..., :2])  # NaN only when fewer than 2 numbers
     return top2[..., 0] + top2[..., 1]
 
 
@@ -82,7 +92,9 @@ def _keys_and_scores(method, logits, bias, n_group, topk_group, group_mask_value
     s = softmax(logits)  # deepseek_v2: group score is the group max; weights come from the masked softmax
     if n_group > 1:
         T, E = s.shape
-        s = group_mask(s, s.view(T, n_group, E // n_group).amax(-1), topk_group, group_mask_value)
+        grouped = s.view(T, n_group, E // n_group)
+        group_max = grouped.gather(-1, descending_order(grouped)[..., :1]).squeeze(-1)  # NaN-ignoring max
+        s = group_mask(s, group_max, topk_group, group_mask_value)
     return s, s
 
 

@@ -1,0 +1,7 @@
+"""`python -m difftest`: see difftest/cli.py."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

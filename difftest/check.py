@@ -1,0 +1,123 @@
+"""One case against one implementation: skip with a reason, run, compare with the spec, time it."""
+
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from . import compare, generate
+from .case import CaseError
+
+STATUSES = ("pass", "fail", "skip", "error")
+
+
+class Result(NamedTuple):
+    status: str  # pass | fail (bound or ids violated) | skip (with reason) | error (the impl raised)
+    ratio: float  # max error/bound (0 for skip)
+    message: str  # failure message, skip reason or the exception line
+    excluded: int = 0
+    near_ties: int = 0
+    seconds: float = 0.0  # implementation run time
+    spec_seconds: float = 0.0
+
+
+def read_only(inputs):
+    """Copies marked read-only, so writing into the inputs raises instead of hiding."""
+    out = {}
+    for k, v in inputs.items():
+        a = np.array(v, copy=True)
+        a.flags.writeable = False
+        out[k] = a
+    return out
+
+
+def _same_bits(a, b):
+    return set(a) == set(b) and all(np.asarray(a[k]).tobytes() == np.asarray(b[k]).tobytes() for k in a)
+
+
+def _isolated(runner, case):
+    """Outputs through difftest/isolation.py's worker; a crash or hang raises with its detail."""
+    o = runner.run(case)
+    if o.kind != "ok":
+        raise RuntimeError(f"{o.kind}: {o.detail}")
+    return o.outputs
+
+
+def poisoned(outputs):
+    """Buffers shaped like `outputs`: NaN for floats, all bits set for integers and codes."""
+    return {k: np.full_like(v, np.nan) if v.dtype.kind == "f" else np.full_like(v, -1 if v.dtype.kind == "i"
+                                                                                  else np.iinfo(v.dtype).max)
+            for k, v in ((k, np.asarray(v)) for k, v in outputs.items())}
+
+
+def poison_problem(impl, case, inputs, out):
+    """None, or the first element that an implementation with ``run_into(case, inputs, buffers)`` left
+    unwritten (or wrote differently from run()) in poisoned output buffers."""
+    buffers = poisoned(out)
+    impl.run_into(case, read_only(inputs), buffers)
+    for k, v in out.items():
+        got, want = np.asarray(buffers[k]), np.asarray(v)
+        same = (got == want) | (np.isnan(got) & np.isnan(want)) if want.dtype.kind == "f" else got == want
+        differ = np.argwhere(~same)
+        if differ.size:
+            at = tuple(int(i) for i in differ[0])
+            return f"{k}{list(at)}={got[at]} in the NaN-poisoned buffer but {want[at]} from run()"
+    return None
+
+
+def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
+    """Result of `impl` on `case`; `repeat` runs a deterministic implementation twice and demands equal bits.
+    `runner` (an IsolatedRunner of the same implementation) runs it in a worker process that may crash or
+    hang; the worker regenerates the inputs from the case, so `inputs` must then be the generated ones."""
+    tag = tag or f"{case.op}, {impl.name}"
+    reason = None if case.op in impl.ops else f"{impl.name} does not implement op {case.op}"
+    reason = reason or impl.unsupported(case)
+    if reason:
+        return Result("skip", 0.0, reason)
+    try:
+        inputs = generate.inputs(case) if inputs is None else inputs
+    except CaseError as e:
+        return Result("skip", 0.0, f"inputs: {e}")
+    t0 = time.perf_counter()
+    try:
+        run = (
+            (lambda: _isolated(runner, case))
+            if runner is not None
+            else (lambda: impl.run(case, read_only(inputs)))
+        )
+        out = run()
+        again = run() if repeat and impl.deterministic else None
+    except CaseError as e:
+        return Result("skip", 0.0, f"{impl.name}: {e}")
+    except Exception as e:  # an implementation that raises on a supported case is a finding
+        return Result(
+            "error",
+            np.inf,
+            f"{impl.name} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} [{tag}]",
+            seconds=time.perf_counter() - t0,
+        )
+    t1 = time.perf_counter()
+    if again is not None and not _same_bits(out, again):
+        return Result(
+            "fail", np.inf, f"{impl.name} declares deterministic but two runs differ [{tag}]", seconds=t1 - t0
+        )
+    writes_into = hasattr(impl, "run_into") and runner is None
+    problem = poison_problem(impl, case, inputs, out) if writes_into else None
+    if problem:
+        return Result("fail", np.inf, f"{problem} [{tag}]", seconds=t1 - t0)
+    try:
+        v = compare.COMPARE[case.op](case, inputs, out, impl.recipe(case), tag)
+    except CaseError as e:  # the spec refuses the case: outside the spec's domain
+        return Result("skip", 0.0, str(e), seconds=t1 - t0)
+    except Exception as e:  # the spec or difftest itself broke on this case: a finding too, named as such
+        return Result(
+            "error",
+            np.inf,
+            f"comparison raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            f" (spec or difftest, not {impl.name}) [{tag}]",
+            seconds=t1 - t0,
+        )
+    status = "pass" if v.ok else "fail"
+    return Result(
+        status, float(v.ratio), v.message, v.excluded, v.near_ties, t1 - t0, time.perf_counter() - t1
+    )

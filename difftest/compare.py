@@ -1,0 +1,350 @@
+"""Comparison of an implementation's outputs with the spec: tie-aware routing, bit-exact quantization, bounded
+layer outputs. Every verdict carries the largest error/bound ratio (fed to hypothesis.target) and, on failure,
+one message naming the element, both values, the bound and the ratio.
+
+Routing. δ, the uncertainty of one routing key, follows from the recipe: keys are computed in fp32 from
+exactly given logits (and the bias rounded as ``recipe.bias`` says), so δ = c·u_fp32·|key| + fp32 min normal,
+c = 1 for a correctly rounded sigmoid, bounds.C_EVAL for ``expf``, E + 2 for a softmax (exp, E-term
+sum, divide), plus u_fp32·|s + b| for the bias add; raw-logit keys are exact (δ = 0). Group scores: a top-2
+sum has 2δ + u_fp32·|g|, a max δ. A token whose spec decision margins exceed 2δ must get exactly the spec's
+id set; elsewhere the implementation's ids must be a valid selection within 2δ of the float64 keys, and its
+weights must match the float64 ideal weights at its own ids.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from spec import bounds
+from spec.numerics import FP32
+
+from . import impl_spec
+
+U32 = FP32.unit_roundoff
+SOFTMAX_KEYS = ("default", "renormalize_naive", "deepseek_v2")
+SIGMOID_KEYS = ("deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")
+RAW_KEYS = ("renormalize", "topk", "llama4", "topk_sigmoid")
+
+
+class Verdict(NamedTuple):
+    ok: bool
+    ratio: float  # max |error| / bound over the compared elements (0: exact)
+    message: str  # "" when ok
+    excluded: int = 0  # tokens not compared (routing not robust and ids not exposed)
+    near_ties: int = 0  # tokens decided by the tie-aware validity check
+
+
+PASS = Verdict(True, 0.0, "")
+
+
+def fmt_index(idx):
+    return "[" + ", ".join(str(int(i)) for i in idx) + "]"
+
+
+def elementwise(name, got, want, bound, tag):
+    """|got - want| <= bound everywhere (NaN only where both are NaN, equal infinities equal)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return Verdict(False, np.inf, f"{name} has shape {got.shape} but spec has {want.shape} [{tag}]")
+    bound = np.broadcast_to(np.asarray(bound, np.float64), want.shape)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.where(same, 0.0, np.abs(got - want))
+        ratio = np.where(same, 0.0, np.where(bound > 0, err / bound, np.inf))
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    if ratio.size == 0:
+        return PASS
+    worst = np.unravel_index(np.argmax(ratio), ratio.shape)
+    r = float(ratio[worst])
+    if r <= 1.0:
+        return Verdict(True, r, "")
+    return Verdict(
+        False,
+        r,
+        f"{name}{fmt_index(worst)}={got[worst]:.6g} but spec={want[worst]:.6g}: "
+        f"|diff| {err[worst]:.2g} > bound {bound[worst]:.2g} ({r:.3g}x) [{tag}]",
+    )
+
+
+def worst(*verdicts):
+    """The failing verdict with the largest ratio, else the passing one with the largest ratio."""
+    failing = [v for v in verdicts if not v.ok]
+    pool = failing or list(verdicts)
+    v = max(pool, key=lambda v: v.ratio)
+    return v._replace(
+        excluded=sum(x.excluded for x in verdicts), near_ties=sum(x.near_ties for x in verdicts)
+    )
+
+
+# ---- routing: float64 keys, δ, ideal weights
+
+
+def _sigmoid64(x):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def _softmax64(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def keys64(config, inputs, recipe):
+    """(keys [T, E], group scores [T, G] or None, δ [T], group δ [T]) in float64, as the method selects."""
+    x = inputs["logits"].astype(np.float64)
+    T, E = x.shape
+    method, G = config.method, config.n_group
+    c_sigmoid = 1 if recipe is None or recipe.sigmoid == "exact" else bounds.C_EVAL
+    if method in RAW_KEYS:
+        keys, dkey = x, np.zeros_like(x)
+    elif method in SOFTMAX_KEYS:
+        keys = _softmax64(x)
+        dkey = (E + 2) * U32 * keys + FP32.min_normal
+    else:
+        keys = _sigmoid64(x)
+        dkey = c_sigmoid * U32 * keys + FP32.min_normal
+        if "bias" in inputs:
+            b = inputs["bias"].astype(np.float64)
+            if recipe is not None and recipe.bias != "fp32":
+                from spec.numerics import round_to
+
+                b = round_to(b, recipe.bias).astype(np.float64)
+            keys = keys + b
+            dkey = dkey + U32 * np.abs(keys)
+    delta = dkey.max(axis=-1, initial=0.0)
+    if G == 1:
+        return keys, None, delta, np.zeros(T)
+    grouped = keys.reshape(T, G, E // G)
+    top = -np.sort(-grouped, axis=-1)
+    if method == "deepseek_v3":
+        gkeys = top[..., 0] + top[..., 1]
+        gdelta = 2 * delta + U32 * np.abs(gkeys).max(axis=-1)
+    else:
+        gkeys, gdelta = top[..., 0], delta
+    return keys, gkeys, delta, gdelta
+
+
+def ideal_weights(config, inputs, ids):
+    """float64 weights of the routed ids [T, k] by the method's formula (spec/routing.py docstrings)."""
+    x = inputs["logits"].astype(np.float64)
+    method, rsf = config.method, 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
+    take = lambda a: np.take_along_axis(a, ids, axis=-1)
+    if method == "renormalize":
+        return _softmax64(take(x)) * rsf
+    if method == "topk":
+        return take(x) * rsf
+    if method in ("llama4", "topk_sigmoid"):
+        return _sigmoid64(take(x)) * rsf
+    w = take(_softmax64(x) if method in SOFTMAX_KEYS else _sigmoid64(x))
+    renorm = method in ("renormalize_naive", "minimax2") or (
+        config.renormalize and method in ("deepseek_v3", "deepseek_v2", "sigmoid_renorm")
+    )
+    if renorm:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = w / (w.sum(axis=-1, keepdims=True) + config.eps)
+    return w * rsf
+
+
+def weight_bound(config, recipe, w, vs_ideal=False):
+    """spec/bounds.py routing_weights: the hard bound between two implementations of `recipe`, plus the
+    recipe's own error vs the float64 ideal when comparing with the ideal (or when no recipe is declared)."""
+    e = bounds.routing_weights(w, recipe or impl_spec.DEFAULT, config.num_experts, config.top_k)
+    return e.hard + e.ideal if vs_ideal or recipe is None else e.hard
+
+
+def _valid_selection(t, ids, keys, gkeys, delta, gdelta, config):
+    """None if ids (routed, one token) are a valid top-k within 2δ of the float64 keys; else the reason."""
+    E, G, tg = config.num_experts, config.n_group, config.topk_group
+    if len(set(ids.tolist())) != len(ids) or ids.min() < 0 or ids.max() >= E:
+        return f"ids {sorted(ids.tolist())} are not {len(ids)} distinct experts in [0, {E})"
+    allowed = np.ones(E, bool)
+    if gkeys is not None:
+        per = E // G
+        used = np.unique(ids // per)
+        kth = -np.sort(-gkeys[t])[tg - 1]
+        if len(used) > tg or (gkeys[t, used] < kth - 2 * gdelta[t]).any():
+            return f"groups {used.tolist()} are not among the {tg} best within 2δ={2 * gdelta[t]:.2g}"
+        sure = np.flatnonzero(gkeys[t] > kth + 2 * gdelta[t])
+        allowed = np.isin(np.arange(E) // per, np.union1d(used, sure))
+    rest = allowed.copy()
+    rest[ids] = False
+    if rest.any():
+        best_rejected = keys[t, rest].max()
+        low = keys[t, ids].min()
+        if low < best_rejected - 2 * delta[t]:
+            return f"key {low:.9g} selected while {best_rejected:.9g} rejected (2δ={2 * delta[t]:.2g})"
+    return None
+
+
+def check_ids(config, inputs, ids, recipe, tag, spec=None):
+    """(Verdict, spec Routing, same [T]): robust tokens: the spec's id set; others: a valid one."""
+    k = config.top_k
+    spec = spec if spec is not None else impl_spec.route(config, inputs, recipe)
+    keys, gkeys, delta, gdelta = keys64(config, inputs, recipe)
+    robust = (spec.expert_margin > 2 * delta) & (spec.group_margin > 2 * gdelta)
+    same = (np.sort(ids[:, :k], axis=1) == np.sort(spec.ids[:, :k], axis=1)).all(axis=1)
+    for t in np.flatnonzero(robust & ~same)[:1]:
+        return (
+            Verdict(
+                False,
+                np.inf,
+                f"ids[{t}]={sorted(ids[t, :k].tolist())} but spec="
+                f"{sorted(spec.ids[t, :k].tolist())}: margin {spec.expert_margin[t]:.3g} > "
+                f"2δ={2 * delta[t]:.2g} [{tag}]",
+            ),
+            spec,
+            same,
+        )
+    for t in np.flatnonzero(~same):
+        reason = _valid_selection(t, ids[t, :k], keys, gkeys, delta, gdelta, config)
+        if reason:
+            return (
+                Verdict(False, np.inf, f"ids[{t}]={sorted(ids[t, :k].tolist())}: {reason} [{tag}]"),
+                spec,
+                same,
+            )
+    return PASS._replace(near_ties=int((~same).sum())), spec, same
+
+
+def compare_routing(case, inputs, out, recipe, tag):
+    c = case.config
+    T, k, S = c.num_tokens, c.top_k, c.num_fused_shared_experts
+    ids, w = np.asarray(out["ids"]), np.asarray(out["weights"])
+    if ids.shape != (T, k + S) or w.shape != (T, k + S):
+        return Verdict(
+            False, np.inf, f"ids {ids.shape} / weights {w.shape} but expected ({T}, {k + S}) [{tag}]"
+        )
+    v, spec, same = check_ids(c, inputs, ids, recipe, tag)
+    if not v.ok:
+        return v
+    order_i, order_s = np.argsort(ids[:, :k], axis=1), np.argsort(spec.ids[:, :k], axis=1)
+    w_i = np.take_along_axis(w[:, :k], order_i, axis=1)[same]
+    w_s = np.take_along_axis(spec.weights[:, :k], order_s, axis=1)[same]
+    verdicts = [v, elementwise("weights(by id)", w_i, w_s, weight_bound(c, recipe, w_s), tag)]
+    differ = np.flatnonzero(~same)
+    if differ.size:  # near ties decided differently: weights against the float64 ideal at the own ids
+        ideal = ideal_weights(c, {"logits": inputs["logits"][differ]}, ids[differ, :k].astype(np.int64))
+        verdicts.append(
+            elementwise(
+                f"weights(near-tie tokens {differ.tolist()[:4]}, vs ideal at own ids)",
+                w[differ, :k],
+                ideal,
+                weight_bound(c, recipe, ideal, vs_ideal=True),
+                tag,
+            )
+        )
+    if S:
+        shared_ids = c.num_experts + np.arange(S)
+        if not (ids[:, k:] == shared_ids).all():
+            return Verdict(
+                False,
+                np.inf,
+                f"shared expert ids {ids[:, k:].tolist()[:1]} but spec={shared_ids.tolist()} [{tag}]",
+            )
+        verdicts.append(
+            elementwise(
+                "weights[:, shared]",
+                w[:, k:],
+                spec.weights[:, k:],
+                weight_bound(c, recipe, spec.weights[:, k:]),
+                tag,
+            )
+        )
+    return worst(*verdicts)
+
+
+# ---- quantization: bit-exact codes and scales, layouts as memory
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view(np.uint8) if a.dtype == np.uint8 else np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def _bit_exact(name, got, want, tag):
+    got, want = _bits(got), _bits(want)
+    if got.shape != want.shape:
+        return Verdict(False, np.inf, f"{name} has shape {got.shape} but spec has {want.shape} [{tag}]")
+    diff = np.argwhere(got != want)
+    if diff.size:
+        at = tuple(diff[0])
+        return Verdict(
+            False,
+            np.inf,
+            f"{name}{fmt_index(at)}={got[at]:#x} but spec={want[at]:#x}: {len(diff)} of "
+            f"{got.size} differ (bit-exact required) [{tag}]",
+        )
+    return PASS
+
+
+def compare_quant(case, inputs, out, recipe, tag):
+    """Codes and logical scales bit-exact; the scale buffer read through the spec layout's strides."""
+    want = impl_spec.quantize(case.config, inputs)
+    for name in ("q", "scales"):
+        v = _bit_exact(name, out[name], want[name], tag)
+        if not v.ok:
+            return v
+    layout = want["layout"]
+    data = np.ascontiguousarray(out["scale_buffer"]).view(np.uint8).ravel()
+    if data.nbytes != layout.data.nbytes:
+        return Verdict(
+            False,
+            np.inf,
+            f"scale_buffer holds {data.nbytes} bytes but the {case.config.layout} layout "
+            f"needs {layout.data.nbytes} [{tag}]",
+        )
+    read = impl_spec.layouts.view(layout._replace(data=data.view(layout.data.dtype)))
+    return _bit_exact(f"scale_buffer as {case.config.layout}", read, impl_spec.layouts.view(layout), tag)
+
+
+# ---- moe layer
+
+
+def compare_moe(case, inputs, out, recipe, tag):
+    """Layer output element-wise against the recipe-exact spec with the spec's hard bound; with exposed ids
+    the spec recomputes with the implementation's ids (after checking them), else tokens whose routing is not
+    robust are excluded and counted. Also the recipe-vs-ideal check of the spec result itself."""
+    c = case.config
+    T, H, k = c.routing.num_tokens, c.hidden_size, c.routing.top_k
+    got = np.asarray(out["out"])
+    if got.shape != (T, H):
+        return Verdict(False, np.inf, f"out has shape {got.shape} but expected ({T}, {H}) [{tag}]")
+    used = recipe or impl_spec.DEFAULT
+    keep = np.ones(T, bool)
+    ids = out.get("ids")
+    if ids is not None:
+        v, _, _ = check_ids(c.routing, inputs, np.asarray(ids), used, tag)
+        if not v.ok:
+            return v
+        spec = layer_at(case, inputs, used, np.asarray(ids)[:, :k])
+    else:
+        spec = impl_spec.layer(case, inputs, used)
+        _, _, delta, gdelta = keys64(c.routing, inputs, used)
+        keep = (spec.expert_margin > 2 * delta) & (spec.group_margin > 2 * gdelta)
+    hard, _ = bounds.bound_vs_recipe(spec, used)
+    if recipe is None:
+        hard = hard + bounds.bound_vs_ideal(spec, used)
+    rows = keep[:, None]
+    v = elementwise("out", np.where(rows, got, 0), np.where(rows, spec.out, 0), np.where(rows, hard, 0), tag)
+    # Rows whose fp32 routing degenerates (every selected score underflows: 0/0 = NaN, or 0/eps = 0) depart
+    # from the float64 ideal by design; implementations are held to the recipe there, the recipe is not.
+    sane = (np.isfinite(spec.weights).all(axis=1) & (spec.weights != 0).any(axis=1))[:, None]
+    ideal = layer_at(case, inputs, None, spec.ids[:, :k])
+    bound_ideal = bounds.bound_vs_ideal(spec, used)
+    v_ideal = elementwise("spec out (recipe) vs ideal", np.where(sane, spec.out, 0),
+                          np.where(sane, ideal.out, 0), np.where(sane, bound_ideal, 0),
+                          f"{case.op}, spec {used.name} vs ideal")
+    return worst(v, v_ideal)._replace(excluded=int((~keep).sum()))
+
+
+def layer_at(case, inputs, recipe, ids):
+    """The spec layer with the routed ids forced to `ids` [T, k]; the spec's own selection when it is the same
+    set for every token (the common case, and one routing pass fewer)."""
+    own = impl_spec.layer(case, inputs, recipe)
+    k = ids.shape[1]
+    if (np.sort(own.ids[:, :k], axis=1) == np.sort(ids, axis=1)).all():
+        return own
+    return impl_spec.layer(case, inputs, recipe, ids=ids)
+
+
+COMPARE = {"routing": compare_routing, "quant": compare_quant, "moe": compare_moe}

@@ -1,0 +1,275 @@
+"""Inputs of a case, bit-identical on every machine.
+
+Every array comes from ``np.random.PCG64([seed, crc32(name), *extra]).random_raw`` (NEP 19 guarantees the
+bit stream) through transforms written here with IEEE-exact arithmetic only (+, -, *, casts): numpy's
+distribution methods may change between versions, and libm/SIMD ``log``/``cos`` (Box–Muller) differ in
+the last bit between CPUs, so normals are Irwin–Hall sums of four uniforms (mean 0, variance 1, |z| ≤ 2√3).
+Narrow formats travel as float32 arrays of representable values (bf16 by our own RNE on the bit pattern),
+fp8/fp4/e8m0 as uint8 codes. Expert weights are generated per expert on demand from (seed, expert id).
+"""
+
+import functools
+import hashlib
+import zlib
+from typing import NamedTuple
+
+import numpy as np
+
+from .case import CaseError
+
+SQRT3 = float(np.sqrt(3.0))  # correctly rounded by IEEE 754
+
+ROUTING_DISTS = (
+    "normal",
+    "large",
+    "tiny",
+    "exact_ties",
+    "near_ties",
+    "all_negative",
+    "underflow",
+    "zero_group",
+    "glm_bias",
+    "negative_bias",
+)
+QUANT_DISTS = ("normal", "large", "tiny", "zero_group", "tiny_groups", "pow2_edge", "nonfinite")
+DISTS = {"routing": ROUTING_DISTS, "moe": ROUTING_DISTS, "quant": QUANT_DISTS}
+
+
+# ---- bit transforms
+
+
+def raw(seed, name, n, *extra):
+    """n raw 64-bit outputs of the stream (seed, name, *extra)."""
+    return np.random.PCG64([seed, zlib.crc32(name.encode()), *extra]).random_raw(n).astype(np.uint64)
+
+
+def uniform(seed, name, shape, *extra):
+    """float64 in [0, 1) from the top 53 bits."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return ((raw(seed, name, n, *extra) >> np.uint64(11)).astype(np.float64) * 2.0**-53).reshape(shape)
+
+
+def normal(seed, name, shape, *extra):
+    """Irwin–Hall(4) standardized: sum of four 32-bit uniforms, centred, times √3."""
+    n = int(np.prod(shape, dtype=np.int64))
+    r = raw(seed, name, 2 * n, *extra)
+    u = np.concatenate([r & np.uint64(0xFFFFFFFF), r >> np.uint64(32)]).astype(np.float64)
+    u = (u + 0.5) * 2.0**-32
+    a, b, c, d = u[:n], u[n : 2 * n], u[2 * n : 3 * n], u[3 * n :]
+    return (((a + b) + (c + d) - 2.0) * SQRT3).reshape(shape)
+
+
+def integers(seed, name, shape, high, *extra):
+    """int64 in [0, high) as floor(uniform · high)."""
+    return np.floor(uniform(seed, name, shape, *extra) * high).astype(np.int64)
+
+
+def round_bf16(x):
+    """Round to the bf16 grid (RNE on the float32 bit pattern); float32 result. NaN/Inf kept."""
+    x32 = np.asarray(x, dtype=np.float32)
+    bits = x32.view(np.uint32).astype(np.uint64)
+    bits = (bits + np.uint64(0x7FFF) + ((bits >> np.uint64(16)) & np.uint64(1))) & np.uint64(0xFFFF0000)
+    out = bits.astype(np.uint32).view(np.float32)
+    return np.where(np.isfinite(x32), out, x32).astype(np.float32)
+
+
+def round_to_dtype(x, dtype):
+    if dtype == "fp32":
+        return np.asarray(x, dtype=np.float32)
+    if dtype == "bf16":
+        return round_bf16(x)
+    if dtype == "fp16":
+        return np.asarray(x, dtype=np.float16).astype(np.float32)
+    raise CaseError(f"cannot generate values of dtype {dtype!r}")
+
+
+def digest(arrays):
+    """SHA-256 over (name, dtype, shape, bytes) of a dict of arrays, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+# ---- routing logits and bias
+
+
+def logits(seed, dist, T, E, n_group=1):
+    """float64 [T, E] logits of a named distribution (rounded by the caller)."""
+    z = normal(seed, "logits", (T, E))
+    if dist in ("normal", "negative_bias"):
+        return z
+    if dist == "large":  # sigmoid/softmax saturate: fp32 keys tie at 1.0 and 0.0
+        return z * 2.0**12
+    if dist == "tiny":
+        return z * 2.0**-12
+    if dist == "exact_ties":
+        return np.array([-1.0, 0.0, 0.5, 1.0])[integers(seed, "ties", (T, E), 4)]
+    if dist == "near_ties":  # a few values per row, 0..3 steps of 2^-22 relative apart (fp32 ulps)
+        base = round_bf16(normal(seed, "base", (T, 1))).astype(np.float64)
+        return base * (1.0 + integers(seed, "steps", (T, E), 4) * 2.0**-22)
+    if dist == "all_negative":
+        return -(np.abs(z) * 2.0 + 4.0)
+    if dist == "underflow":  # rows below -88: every expf-sigmoid underflows to 0 (renorm 0/0)
+        rows = integers(seed, "rows", (T, 1), 2) == 1
+        return np.where(rows, -100.0 - 20.0 * uniform(seed, "deep", (T, E)), z)
+    if dist == "zero_group":  # one whole group (or block of E/2) of equal zero logits per row
+        G = max(n_group, 2) if E % max(n_group, 2) == 0 else 1
+        g = integers(seed, "group", (T, 1), G)
+        return np.where(np.arange(E)[None, :] // (E // G) == g, 0.0, z)
+    if dist == "glm_bias":  # GLM-4.5/5: sigmoid ~1e-13 vanishes below the fp32 ulp of a ~11.3 bias
+        return -30.0 + 2.0 * z
+    raise CaseError(f"unknown routing distribution {dist!r}; known: {ROUTING_DISTS}")
+
+
+def bias(seed, dist, E):
+    """float64 [E] correction bias: N(0, 0.5); GLM-like (~11.3, 3/4·E distinct values); N(-3, 1)."""
+    if dist == "glm_bias":
+        distinct = 11.2 + 0.1 * uniform(seed, "bias_values", (max(1, (3 * E) // 4),))
+        return distinct[integers(seed, "bias_pick", (E,), distinct.size)]
+    if dist == "negative_bias":  # many keys below -1: the trtllm -1 sentinel (K2)
+        return -3.0 + normal(seed, "bias", (E,))
+    return 0.5 * normal(seed, "bias", (E,))
+
+
+# ---- quantizer input
+
+
+def quant_input(seed, dist, T, H, group):
+    """float64 [T, H] quantizer input of a named distribution."""
+    z = 3.0 * normal(seed, "x", (T, H))
+    G = H // group
+    if dist == "normal":
+        return z
+    if dist == "large":
+        return z * 2.0**10
+    if dist == "tiny":
+        return z * 2.0**-30
+    if dist == "nonfinite":  # NaN propagates through amax (the op's stated rule)
+        return np.where(integers(seed, "nan", (T, H), 64) == 0, np.nan, z)
+    g = integers(seed, "group", (T, G), 4).repeat(group, axis=1)
+    if dist == "zero_group":  # all-zero groups: amax 0, the eps floor decides the scale (K15)
+        return np.where(g == 0, 0.0, z)
+    if dist == "tiny_groups":
+        return np.where(g == 0, z * 1e-9 / 8, z)
+    if dist == "pow2_edge":  # group amax at 448·2^k or one bf16 ulp above: ue8m0 ceil edge (K14)
+        k = (integers(seed, "k", (T, G), 25) - 20).repeat(group, axis=1)
+        amax = np.ldexp(np.where(g < 2, 448.0, 450.0), k)
+        x = np.clip(z / 8.0, -0.9, 0.9) * amax
+        first = (np.arange(H) % group == 0)[None, :]
+        return np.where(first, amax, x)
+    raise CaseError(f"unknown quant distribution {dist!r}; known: {QUANT_DISTS}")
+
+
+# ---- expert weights
+
+
+def _fp8_codes(seed, name, shape, e):
+    """e4m3fn codes of magnitude 2^-3 .. 7.5 (exponent field 4..9), random sign and mantissa: no NaN."""
+    r = raw(seed, name, int(np.prod(shape)), e)
+    sign = (r & np.uint64(1)) << np.uint64(7)
+    exp = (np.uint64(4) + ((r >> np.uint64(8)) % np.uint64(6))) << np.uint64(3)
+    mant = (r >> np.uint64(16)) & np.uint64(7)
+    return (sign | exp | mant).astype(np.uint8).reshape(shape)
+
+
+def _bf16_weight(seed, name, shape, e, fan_in):
+    return round_bf16(normal(seed, name, shape, e) / np.sqrt(float(fan_in)))
+
+
+@functools.lru_cache(maxsize=512)  # the spec (recipe and ideal) and the implementation read the same experts
+def expert_weights(seed, quant, e, N1, H, I):
+    """The per-expert dict of spec/layer.py's table for expert e (w13 [N1, H], w2 [H, I]), read-only."""
+    out = _expert_weights(seed, quant, e, N1, H, I)
+    for a in out.values():
+        a.flags.writeable = False
+    return out
+
+
+def _expert_weights(seed, quant, e, N1, H, I):
+    if quant == "bf16":
+        return {"w13": _bf16_weight(seed, "w13", (N1, H), e, H), "w2": _bf16_weight(seed, "w2", (H, I), e, I)}
+    out = {}
+    for name, (n, k) in (("w13", (N1, H)), ("w2", (H, I))):
+        if quant == "fp8_block":  # gated w13: each half has its own ceil(I/128) scale rows (sem §3)
+            rows = 2 * -(-I // 128) if name == "w13" and N1 == 2 * I else -(-n // 128)
+            sh = (rows, -(-k // 128))
+            scale = (1.0 + uniform(seed, name + "_scale", sh, e)) * 2.0 ** -(6 + k.bit_length() // 2)
+            out[name], out[name + "_scale"] = _fp8_codes(seed, name, (n, k), e), scale.astype(np.float32)
+        elif quant == "mxfp8":
+            out[name] = _fp8_codes(seed, name, (n, k), e)
+            shift = 6 + k.bit_length() // 2
+            out[name + "_scale"] = (127 - shift - integers(seed, name + "_scale", (n, k // 32), 3, e)).astype(
+                np.uint8
+            )
+        elif quant == "nvfp4":
+            out[name] = (raw(seed, name, n * k // 2, e) & np.uint64(0xFF)).astype(np.uint8).reshape(n, k // 2)
+            sf = np.uint64(6 << 3) + (raw(seed, name + "_scale", n * k // 16, e) % np.uint64(16))
+            out[name + "_scale"] = sf.astype(np.uint8).reshape(n, k // 16)  # e4m3 codes of 0.5 .. 1.875
+            out[name + "_global"] = np.array(2.0**-4 / np.sqrt(float(k)), np.float32)
+        else:
+            raise CaseError(f"unknown quant path {quant!r}")
+    return out
+
+
+class GeneratedWeights(NamedTuple):
+    """ExpertWeights generated on demand: ``expert(e)`` is a pure function of (seed, quant, e, shapes)."""
+
+    seed: int
+    quant: str
+    num_experts: int
+    N1: int
+    H: int
+    I: int
+
+    def expert(self, e):
+        if not 0 <= e < self.num_experts:
+            raise IndexError(f"expert {e} not in [0, {self.num_experts})")
+        return expert_weights(self.seed, self.quant, e, self.N1, self.H, self.I)
+
+    def stacked(self):
+        """dict of [E, ...] arrays (for implementations that take all experts at once)."""
+        per = [self.expert(e) for e in range(self.num_experts)]
+        return {k: np.stack([p[k] for p in per]) for k in per[0]} if per else {}
+
+
+def weights(case):
+    c = case.config
+    N1 = 2 * c.intermediate_size if c.gated else c.intermediate_size
+    return GeneratedWeights(case.seed, c.quant, c.routing.num_experts, N1, c.hidden_size, c.intermediate_size)
+
+
+# ---- the case's inputs
+
+
+def _routing_inputs(seed, dist, r):
+    out = {
+        "logits": round_to_dtype(logits(seed, dist, r.num_tokens, r.num_experts, r.n_group), r.logits_dtype)
+    }
+    if r.bias_dtype is not None:
+        out["bias"] = round_to_dtype(bias(seed, dist, r.num_experts), r.bias_dtype)
+    return out
+
+
+def inputs(case):
+    """dict of numpy arrays: routing {logits, bias?}; quant {x}; moe {hidden, logits, bias?}."""
+    if case.dist not in DISTS[case.op]:
+        raise CaseError(f"distribution {case.dist!r} is not one of {DISTS[case.op]} for op {case.op}")
+    c = case.config
+    if case.op == "routing":
+        return _routing_inputs(case.seed, case.dist, c)
+    if case.op == "quant":
+        group = {"fp8_group": c.group_size, "mxfp8": 32, "nvfp4": 16}[c.scheme]
+        x = round_to_dtype(
+            quant_input(case.seed, case.dist, c.num_tokens, c.hidden_size, group), c.input_dtype
+        )
+        if c.scheme != "nvfp4":
+            return {"x": x}
+        amax = np.float32(np.max(np.abs(x), initial=0.0))  # gs = fl(448·6 / amax), 1 for an all-zero x
+        return {"x": x, "global_scale": np.float32(448.0 * 6.0) / amax if amax > 0 else np.float32(1.0)}
+    out = _routing_inputs(case.seed, case.dist, c.routing)
+    hidden = normal(case.seed, "hidden", (c.routing.num_tokens, c.hidden_size))
+    out["hidden"] = round_to_dtype(hidden, c.hidden_dtype)
+    return out

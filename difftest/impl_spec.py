@@ -1,0 +1,150 @@
+"""The spec as an implementation (the oracle), and the calls through which difftest asks it for outputs.
+
+``expected(case, inputs, recipe)`` is the recipe-exact spec output (``recipe=None``: the float64 ideal);
+``SPEC`` runs it with the spec's own default recipe, so `replay` and plug-in checks can treat the spec as any
+other implementation.
+"""
+
+import numpy as np
+
+from spec import layouts, quant
+from spec import routing as spec_routing
+from spec.recipes import Recipe
+
+from .case import CaseError
+from .generate import weights as generated_weights
+from .interface import Impl
+
+DEFAULT = Recipe(name="spec")
+LAYOUTS = {
+    "row": layouts.row_major,
+    "col": layouts.column_major,
+    "col_tma": layouts.column_major_tma,
+    "ue8m0_packed": layouts.ue8m0_packed,
+}
+
+
+def refusals(fn):
+    """The spec's precondition ValueErrors become CaseError: the case is outside the spec's domain."""
+
+    def wrapped(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as e:
+            raise CaseError(f"spec refuses: {str(e).splitlines()[0]}") from None
+
+    return wrapped
+
+
+def routing_kwargs(r):
+    """The spec/torch route keywords of a RoutingConfig (everything but the tensors and the recipe)."""
+    return dict(
+        method=r.method,
+        top_k=r.top_k,
+        n_group=r.n_group,
+        topk_group=r.topk_group,
+        routed_scaling_factor=r.routed_scaling_factor,
+        renormalize=r.renormalize,
+        eps=r.eps,
+        num_fused_shared_experts=r.num_fused_shared_experts,
+        group_mask_value=r.group_mask_value,
+    )
+
+
+@refusals
+def route(config, inputs, recipe, ids=None):
+    """spec Routing of a routing config under `recipe`; `ids` forces the routed selection."""
+    extra = {} if ids is None else {"ids": ids}
+    recipe = recipe or DEFAULT
+    return spec_routing.route(
+        inputs["logits"],
+        inputs.get("bias"),
+        **routing_kwargs(config),
+        bias_dtype=recipe.bias,
+        sigmoid=recipe.sigmoid,
+        weights_dtype=recipe.routing_weights,
+        renorm_order=recipe.renorm_order,
+        **extra,
+    )
+
+
+@refusals
+def quantize(config, inputs):
+    """{q codes, logical scales, scale_buffer (flat bytes), layout (spec ScaleBuffer)} of a QuantConfig."""
+    x = inputs["x"]
+    if config.scheme == "fp8_group":
+        q, s = quant.per_token_group_quant_fp8(
+            x,
+            config.group_size,
+            variant=config.variant,
+            scale_formula=config.scale_formula,
+            scale_fmt=config.scale_fmt,
+        )
+        buf = LAYOUTS[config.layout](s)
+        return {"q": q, "scales": s, "scale_buffer": buf.data.view(np.uint8), "layout": buf}
+    if config.scheme == "mxfp8":
+        q, s = quant.mxfp8_quant(x, rule=config.mx_rule)
+    else:
+        q, s = quant.nvfp4_quant(x, inputs["global_scale"])
+    buf = layouts.ScaleBuffer(s.ravel().copy(), s.shape, (s.shape[1], 1))  # e8m0 / e4m3 codes, row-major
+    return {"q": q, "scales": s, "scale_buffer": buf.data, "layout": buf}
+
+
+@refusals
+def layer(case, inputs, recipe, ids=None):
+    """spec LayerResult of a moe case under `recipe` (None: ideal); `ids` forces the expert selection."""
+    from spec.layer import moe_layer
+
+    c = case.config
+    routing = routing_kwargs(c.routing)
+    if recipe is None:
+        routing["bias_dtype"] = c.routing.bias_dtype or "fp32"
+    return moe_layer(
+        inputs["hidden"],
+        inputs["logits"],
+        inputs.get("bias"),
+        generated_weights(case),
+        routing=routing,
+        activation=c.activation,
+        half_order=c.half_order,
+        quant=c.quant,
+        local_expert_offset=c.local_expert_offset,
+        local_num_experts=c.local_num_experts,
+        rsf_placement=c.rsf_placement,
+        router_weight_on_input=c.router_weight_on_input,
+        recipe=recipe,
+        ids=ids,
+    )
+
+
+def expected(case, inputs, recipe):
+    if case.op == "routing":
+        r = route(case.config, inputs, recipe)
+        return {"ids": r.ids, "weights": r.weights}
+    if case.op == "quant":
+        return {k: v for k, v in quantize(case.config, inputs).items() if k != "layout"}
+    res = layer(case, inputs, recipe)
+    return {"out": res.out, "ids": res.ids}
+
+
+def _unsupported(case):
+    if case.op == "quant" and case.config.scheme == "nvfp4" and case.dist == "nonfinite":
+        return "nvfp4: e2m1 has no NaN, the spec refuses non-finite x"
+    return None
+
+
+def _run(case, inputs):
+    return expected(case, inputs, DEFAULT)
+
+
+SPEC = Impl(
+    name="spec",
+    version="0.1.0",
+    ops=("routing", "quant", "moe"),
+    deterministic=True,
+    may_crash=False,
+    available=lambda: None,
+    unsupported=_unsupported,
+    recipe=lambda case: DEFAULT,
+    run=_run,
+)

@@ -1,0 +1,157 @@
+"""impls/torch_eager as an implementation under test: numpy in, torch on CPU (or CUDA), numpy out.
+
+The adapter only converts: narrow floats travel as float32 values and become bf16 / fp16 tensors here; fp8
+codes become float8_e4m3fn views of the same bytes. Its recipe is impls.torch_eager.RECIPE of the quant path
+(routing and quant ops: the bf16 path's routing fields, which every path shares).
+"""
+
+import numpy as np
+import torch
+
+import impls.torch_eager as te
+from spec.recipes import Recipe
+
+from .generate import weights as generated_weights
+from .impl_spec import routing_kwargs
+from .interface import Impl
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+FP8_KEYS = {"fp8_block": ("w13", "w2"), "mxfp8": ("w13", "w2"), "nvfp4": ("w13_scale", "w2_scale")}
+SCALE_LAYOUT_FLAGS = {
+    "row": {},
+    "col": {"column_major_scales": True},
+    "col_tma": {"column_major_scales": True, "scale_tma_aligned": True},
+    "ue8m0_packed": {"column_major_scales": True, "scale_tma_aligned": True},
+}
+
+
+def tensor(a, dtype, device):
+    return torch.from_numpy(np.array(a, dtype=np.float32)).to(device=device, dtype=DTYPES[dtype])
+
+
+def numpy(t):
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.float()
+    elif t.dtype == torch.float8_e4m3fn:
+        t = t.view(torch.uint8)
+    return t.detach().cpu().numpy()
+
+
+def recipe(case):
+    quant = case.config.quant if case.op == "moe" else "bf16"
+    return Recipe(**te.RECIPE[quant])
+
+
+def _expert_tensors(source, quant, device):
+    fp8 = FP8_KEYS.get(quant, ())
+
+    def expert(e):
+        out = {}
+        for k, v in source.expert(e).items():
+            t = torch.from_numpy(np.array(v)).to(device)  # a writable copy of the cached, read-only expert
+            if v.dtype == np.uint8:
+                out[k] = t.view(torch.float8_e4m3fn) if k in fp8 else t
+            else:
+                out[k] = t.to(torch.bfloat16) if k in ("w13", "w2") else t
+        return out
+
+    return expert
+
+
+def _route(case, inputs, device):
+    c, r = case.config, recipe(case)
+    bias = inputs.get("bias")
+    ids, w = te.route(
+        tensor(inputs["logits"], c.logits_dtype, device),
+        None if bias is None else tensor(bias, c.bias_dtype, device),
+        **routing_kwargs(c),
+        bias_dtype=r.bias,
+        weights_dtype=r.routing_weights,
+        renorm_order=r.renorm_order,
+    )
+    return {"ids": numpy(ids), "weights": numpy(w)}
+
+
+def _quant(case, inputs, device):
+    c = case.config
+    x = tensor(inputs["x"], c.input_dtype, device)
+    if c.scheme == "fp8_group":
+        q, s = te.per_token_group_quant_fp8(
+            x,
+            c.group_size,
+            variant=c.variant,
+            scale_formula=c.scale_formula,
+            scale_ue8m0=c.scale_fmt == "ue8m0",
+            **SCALE_LAYOUT_FLAGS[c.layout],
+        )
+        buffer = numpy(te.scale_buffer(s)).view(np.uint8).ravel()
+        if c.layout == "ue8m0_packed":
+            s = te.e8m0_to_float(te.unpack_ue8m0(s, c.hidden_size // c.group_size))
+        return {"q": numpy(q), "scales": numpy(s.contiguous()), "scale_buffer": buffer}
+    if c.scheme == "mxfp8":
+        q, s = te.mxfp8_quant(x, rule=c.mx_rule)
+    else:
+        q, s = te.nvfp4_quant(x, torch.tensor(float(inputs["global_scale"]), device=device))
+    s = numpy(s)
+    return {"q": numpy(q), "scales": s, "scale_buffer": np.ascontiguousarray(s).view(np.uint8).ravel()}
+
+
+def _moe(case, inputs, device):
+    c, r = case.config, recipe(case)
+    bias = inputs.get("bias")
+    routing = {
+        **routing_kwargs(c.routing),
+        "bias_dtype": r.bias,
+        "weights_dtype": r.routing_weights,
+        "renorm_order": r.renorm_order,
+    }
+    res = te.moe_layer(
+        tensor(inputs["hidden"], c.hidden_dtype, device),
+        tensor(inputs["logits"], c.routing.logits_dtype, device),
+        None if bias is None else tensor(bias, c.routing.bias_dtype, device),
+        _expert_tensors(generated_weights(case), c.quant, device),
+        routing=routing,
+        activation=c.activation,
+        half_order=c.half_order,
+        quant=c.quant,
+        local_expert_offset=c.local_expert_offset,
+        local_num_experts=c.local_num_experts,
+        rsf_placement=c.rsf_placement,
+        router_weight_on_input=c.router_weight_on_input,
+    )
+    return {"out": numpy(res.out), "ids": numpy(res.ids), "weights": numpy(res.weights)}
+
+
+RUN = {"routing": _route, "quant": _quant, "moe": _moe}
+
+
+def unsupported(case):
+    if case.op == "quant" and case.config.scheme == "nvfp4" and case.dist == "nonfinite":
+        return "nvfp4: e2m1 has no NaN"
+    if case.op == "moe" and case.config.quant in ("fp8_block", "mxfp8", "nvfp4"):
+        block = te.layer.BLOCK[case.config.quant]
+        if case.config.hidden_size % block or case.config.intermediate_size % block:
+            return f"quant {case.config.quant} needs hidden and intermediate sizes divisible by {block}"
+    return None
+
+
+def _cuda_reason():
+    return None if torch.cuda.is_available() else "no CUDA device (torch.cuda.is_available() is False)"
+
+
+def _impl(name, device, available):
+    return Impl(
+        name=name,
+        version=f"torch {torch.__version__}",
+        ops=("routing", "quant", "moe"),
+        deterministic=True,
+        may_crash=False,
+        available=available,
+        unsupported=unsupported,
+        recipe=recipe,
+        run=lambda case, inputs: RUN[case.op](case, inputs, device),
+    )
+
+
+TORCH = _impl("torch", "cpu", lambda: None)
+TORCH_CUDA = _impl("torch-cuda", "cuda", _cuda_reason)

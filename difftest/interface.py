@@ -1,0 +1,164 @@
+"""The Implementation protocol and the registry of implementations under test.
+
+An implementation is any object with these attributes (docs/interfaces.md):
+
+    name: str; version: str; ops: tuple[str, ...]   # subset of case.OPS
+    deterministic: bool      # repeat runs are bit-identical (checked)
+    may_crash: bool          # run it in a separate process (difftest/isolation.py)
+    available() -> str | None            # None, or why it cannot run here
+    unsupported(case) -> str | None      # None, or why this case is outside its declared configurations
+    recipe(case) -> Recipe | None        # where it rounds; None: compare against the ideal only
+    run(case, inputs) -> dict[str, np.ndarray]
+        routing -> {"ids", "weights"}; quant -> {"q", "scales", "scale_buffer"}; moe -> {"out"} (+ "ids")
+
+``Impl`` below is the plain NamedTuple the built-ins use; plug-ins may use any object of that shape.
+Implementations are named by reference, so a fixture can name one it was found with:
+``spec`` / ``torch`` (REGISTRY keys), ``package.module:NAME`` or ``path/to/file.py:NAME``.
+"""
+
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from .case import OPS
+
+
+class ImplError(ValueError):
+    """An implementation reference that cannot be resolved; the message says why."""
+
+
+class Impl(NamedTuple):
+    name: str
+    version: str
+    ops: tuple
+    deterministic: bool
+    may_crash: bool
+    available: Callable
+    unsupported: Callable
+    recipe: Callable
+    run: Callable
+
+
+# Built-ins by name -> "module:attribute"; resolved on first use so that listing never imports torch.
+REGISTRY = {
+    "spec": "difftest.impl_spec:SPEC",
+    "torch": "difftest.impl_torch:TORCH",
+    "torch-cuda": "difftest.impl_torch:TORCH_CUDA",
+}
+FLASHINFER_DIR = Path(__file__).resolve().parents[1] / "impls" / "flashinfer"
+
+PROTOCOL = (
+    "name",
+    "version",
+    "ops",
+    "deterministic",
+    "may_crash",
+    "available",
+    "unsupported",
+    "recipe",
+    "run",
+)
+
+
+def check_protocol(obj, ref):
+    missing = [a for a in PROTOCOL if not hasattr(obj, a)]
+    if missing:
+        raise ImplError(f"{ref} is not an implementation: missing {missing}")
+    if not set(obj.ops) <= set(OPS):
+        raise ImplError(f"{ref}: ops {tuple(obj.ops)} not within {OPS}")
+    return obj
+
+
+def _import_file(path):
+    p = Path(path)
+    if not p.is_file():
+        raise ImplError(f"no such file {path}")
+    name = f"difftest_plugin_{abs(hash(str(p.resolve())))}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, p)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def flashinfer_names():
+    """FlashInfer adapters by name -> module, found by file name (importing them never imports flashinfer)."""
+    if not FLASHINFER_DIR.is_dir():
+        return {}
+    return {
+        f"flashinfer.{p.stem}": f"impls.flashinfer.{p.stem}"
+        for p in sorted(FLASHINFER_DIR.glob("*.py"))
+        if not p.stem.startswith("_")
+    }
+
+
+def from_adapter_module(module):
+    """An Impl from an impls/flashinfer module (NAME, OP, DETERMINISTIC, RECIPE, available(),
+    unsupported(config), run(config, inputs)): the adapters take the case's config, not the case."""
+    from spec.recipes import NAMED
+
+    recipe = NAMED.get(getattr(module, "RECIPE", None))
+    return Impl(
+        name=module.NAME,
+        version=_flashinfer_version(),
+        ops=(module.OP,),
+        deterministic=getattr(module, "DETERMINISTIC", False),
+        may_crash=True,
+        available=module.available,
+        unsupported=lambda case: module.unsupported(case.config),
+        recipe=lambda case: recipe,
+        run=lambda case, inputs: module.run(case.config, inputs),
+    )
+
+
+def _flashinfer_version():
+    try:
+        return importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def load(ref):
+    """Resolve a registry name, ``package.module:NAME`` or ``path/file.py:NAME`` to an implementation."""
+    adapters = flashinfer_names()
+    if ref in adapters:
+        try:
+            return check_protocol(from_adapter_module(importlib.import_module(adapters[ref])), ref)
+        except ImportError as e:
+            raise ImplError(f"cannot import {adapters[ref]}: {e}") from None
+    ref_to_load = REGISTRY.get(ref, ref)
+    if ":" not in ref_to_load:
+        raise ImplError(
+            f"unknown implementation {ref!r}: not one of {sorted(names())} "
+            "and not module:NAME or file.py:NAME"
+        )
+    where, attr = ref_to_load.rsplit(":", 1)
+    try:
+        module = _import_file(where) if where.endswith(".py") else importlib.import_module(where)
+    except ImportError as e:
+        raise ImplError(f"cannot import {where}: {e}") from None
+    if not hasattr(module, attr):
+        raise ImplError(f"{where} has no attribute {attr!r}")
+    return check_protocol(getattr(module, attr), ref)
+
+
+def names():
+    """Every implementation name known here: built-ins and FlashInfer adapters."""
+    return list(REGISTRY) + list(flashinfer_names())
+
+
+def listing():
+    """[(name, version, ops, reason or None)] for every known implementation, for `difftest impls`."""
+    rows = []
+    for name in names():
+        try:
+            impl = load(name)
+            rows.append((name, impl.version, tuple(impl.ops), impl.available()))
+        except Exception as e:  # an import failure is this implementation's unavailability reason
+            rows.append((name, "?", (), f"{type(e).__name__}: {e}"))
+    return rows

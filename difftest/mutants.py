@@ -1,0 +1,598 @@
+"""A mutation self-test: seeded bugs in copies of impls/torch_eager, and `python -m difftest mutants`, which
+hunts each with the tester's own search and reports whether, how fast and how small it was caught.
+
+A mutant is one exact text replacement (old -> new) in one module of impls/torch_eager. ``build(name)`` reads
+that module's source, asserts ``old`` occurs exactly once (a refactor of the torch code breaks the mutant
+loudly instead of silently making it equivalent), executes the patched copy as a fresh package whose other
+modules load unpatched from disk, and wraps it exactly as difftest/impl_torch.py wraps the original (that
+file's own source, run with the copy bound to ``te``), as the implementation "mutant:<name>". Mutants are
+named by reference, ``difftest.mutants:<name>``, so a fixture recorded from one replays like any plug-in.
+
+``hunt`` fuzzes the ops that reach the mutated module round-robin, in chunks of Hypothesis examples (each
+chunk its own seed, as `difftest fuzz` does), with no example database, until the first finding or the
+example / time budget; the finding is shrunk as in any campaign. ``EQUIVALENT`` mutants change behaviour
+only where the comparison allows any choice (exact ties), so the tester must NOT flag them.
+"""
+
+import argparse
+import importlib.util
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+from typing import NamedTuple
+
+from hypothesis import settings
+
+from . import campaign, generate, strategies
+from .case import OPS, Case
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCH_EAGER = ROOT / "impls" / "torch_eager"
+ADAPTER = Path(__file__).resolve().parent / "impl_torch.py"
+MODULE_OPS = {
+    "routing": ("routing", "moe"),
+    "quant": ("quant", "moe"),
+    "layouts": ("quant", "moe"),
+    "layer": ("moe",),
+    None: OPS,
+}  # the ops whose torch code path runs the module; None: identity
+FOCUS_KEYWORDS = {"routing": ("method",), "quant": ("scheme",), "moe": ("method", "activation", "quant")}
+CHUNK = 25  # examples per Hypothesis run; the ops of a mutant alternate chunk by chunk
+MAX_EXAMPLES = 600
+TIME_BUDGET_S = 120.0
+
+
+class MutantError(ValueError):
+    """A patch that does not apply exactly once, or an unknown mutant name."""
+
+
+class Mutant(NamedTuple):
+    name: str
+    module: str | None  # impls/torch_eager/<module>.py; None: the unpatched copy
+    old: str
+    new: str
+    models: str  # the real bug (known_bugs.md id and / or PR) this seeds
+    doc: str  # what the change does
+    focus: tuple = ()  # (keyword, value) pairs of the strategies for the branch the patch sits in
+
+
+M = Mutant
+CATALOGUE = (
+    # ---- routing.py
+    M(
+        "weights_from_biased_scores",
+        "routing",
+        "return c, s",
+        "return c, c",
+        "K1: vllm PR #12002, transformers PR #41647",
+        "DeepSeek-V3 weights gathered from the biased keys s + b instead of s",
+    ),
+    M(
+        "group_score_max",
+        "routing",
+        "group_mask(c, top2_sum(c, n_group),",
+        "group_mask(c, c.unflatten(1, (n_group, -1)).amax(-1),",
+        "DeepSeek-V2 group rule used for V3 (moe_semantics)",
+        "DeepSeek-V3 group score = group max instead of the sum of the top 2",
+        (("method", "deepseek_v3"),),
+    ),
+    M(
+        "group_mask_minus_one",
+        "routing",
+        'top2_sum(c, n_group), topk_group, float("-inf"))',
+        "top2_sum(c, n_group), topk_group, -1.0)",
+        "K2: fi issue #2168 (invalidScore = -1 sentinel)",
+        "unselected groups masked with -1, which beats keys s + b < -1 from negative biases",
+        (("method", "deepseek_v3"),),
+    ),
+    M(
+        "bias_bf16_before_selection",
+        "routing",
+        'bias.to(torch.bfloat16).float() if bias_dtype == "bf16" else bias.float()',
+        "bias.to(torch.bfloat16).float()",
+        "K4/K5: vllm PR #25895, sglang PR #31001, TRT-LLM PR #13328",
+        "fp32 correction bias narrowed to bf16 before selection while the recipe declares fp32",
+    ),
+    M(
+        "bias_not_used_for_selection",
+        "routing",
+        "c = s if bias is None else s + bias",
+        "c = s",
+        "K4 glue class: e_score_correction_bias not forwarded (vllm PR #25895)",
+        "DeepSeek-V3 selects by the unbiased sigmoid",
+    ),
+    M(
+        "rsf_applied_twice",
+        "routing",
+        "rsf=routed_scaling_factor, renorm_order=renorm_order)",
+        "rsf=routed_scaling_factor, renorm_order=renorm_order)\n"
+        "    w = w if routed_scaling_factor is None else w * routed_scaling_factor",
+        "K7/K8: vllm PR #45037, sglang PR #35152",
+        "routed_scaling_factor multiplied into the weights twice",
+    ),
+    M(
+        "rsf_dropped_without_renormalize",
+        "routing",
+        "    return w if rsf is None else w * rsf\n\n\ndef append_shared",
+        "    return w\n\n\ndef append_shared",
+        "K3 siblings: sglang-jax PR #1282, sglang PR #31449",
+        "rsf applied only inside the renormalize branch",
+    ),
+    M(
+        "renormalize_ignored",
+        "routing",
+        "renormalize and method in (",
+        "method in (",
+        "K3 sibling: fi PR #2889 Bug C (norm_topk_prob never propagated)",
+        "renormalize=False ignored: DeepSeek / sigmoid_renorm weights always renormalized",
+    ),
+    M(
+        "softmax_weights_raw_logits",
+        "routing",
+        "s = softmax(logits)\n        return s, s",
+        "s = softmax(logits)\n        return s, x",
+        "K3: sglang PR #35160",
+        "default / renormalize_naive weights gathered from the raw logits instead of the softmax",
+    ),
+    M(
+        "sigmoid_weights_raw_logits",
+        "routing",
+        "return x, sigmoid(logits)",
+        "return x, x",
+        "K3 class (raw logits returned)",
+        "llama4 / topk_sigmoid weights are the raw logit instead of its sigmoid",
+    ),
+    M(
+        "default_softmax_over_k",
+        "routing",
+        'if method == "renormalize":',
+        'if method in ("renormalize", "default"):',
+        "RoutingMethodType Default vs Renormalize confusion (flashinfer_api.md §1.8)",
+        "default routing takes the softmax over the k selected logits instead of over all E",
+    ),
+    M(
+        "shared_weight_one",
+        "routing",
+        "shared_w = ordered_sum(w) / divisor",
+        "shared_w = torch.ones_like(w[..., 0])",
+        "fused shared-expert convention (moe_semantics: weight = sum / rsf)",
+        "fused shared experts get weight 1",
+    ),
+    M(
+        "sigmoid_tanh_fast_path",
+        "routing",
+        "return torch.sigmoid(logits.double()).float()",
+        "return 0.5 * torch.tanh(0.5 * logits.float()) + 0.5",
+        "fast-math sigmoid (recipe declares sigmoid exact)",
+        "sigmoid as 0.5 tanh(x/2) + 0.5 in fp32: absolute, not relative, error; 0 for very negative x",
+    ),
+    M(
+        "eps_dropped",
+        "routing",
+        "denom = (ordered_sum(w) + eps).unsqueeze(-1)",
+        "denom = ordered_sum(w).unsqueeze(-1)",
+        "K5/K6: fi PR #3803 (renormalization epsilon)",
+        "the renormalizing eps is ignored: 0/0 = NaN on underflow",
+    ),
+    # ---- quant.py
+    M(
+        "ue8m0_float_log2",
+        "quant",
+        "    bits = s.float().contiguous().view(torch.int32)\n    exponent = (bits >> 23) & 0xFF\n"
+        "    code = exponent + ((bits & 0x7FFFFF) != 0).to(torch.int32)",
+        "    code = torch.where(s > 0, torch.ceil(torch.log2(s.float())) + 127, 0).to(torch.int32)",
+        "K14: sglang issue #29954 / PR #29956",
+        "UE8M0 scale as 2^ceil(log2 s) in fp32 (s one ulp above 2^k -> 2^k)",
+    ),
+    M(
+        "ue8m0_frexp_doubles_pow2",
+        "quant",
+        "code = exponent + ((bits & 0x7FFFFF) != 0).to(torch.int32)",
+        "code = exponent + 1",
+        "K14 related: onnxruntime PR #32122 review (frexpf rounding)",
+        "UE8M0 scale from frexp's exponent: exact powers of two are doubled",
+    ),
+    M(
+        "amax_without_eps",
+        "quant",
+        "amax = abs_amax(xg, -1).clamp_min(eps)",
+        "amax = abs_amax(xg, -1)",
+        "K15: vllm PR #53346, TRT-LLM PR #17635",
+        "no amax floor: an all-zero group gives scale 0 and 0/0 = NaN codes",
+    ),
+    M(
+        "scale_amax_over_127",
+        "quant",
+        "return amax / fp32(FP8_MAX, amax)",
+        "return amax / fp32(127.0, amax)",
+        "int8 constant in an fp8 quantizer",
+        "per-token-group scale = amax / 127",
+    ),
+    M(
+        "e4m3_max_480",
+        "quant",
+        "FP8_MAX = 448.0",
+        "FP8_MAX = 480.0",
+        "e4m3 vs e4m3fn range (0x7f is NaN in fn)",
+        "the fp8 maximum taken as 480 (code 0x7f read as finite): scales amax / 480, clamp at 480",
+    ),
+    M(
+        "e2m1_nibbles_swapped",
+        "quant",
+        "return codes[..., 0::2] | (codes[..., 1::2] << 4)",
+        "return codes[..., 1::2] | (codes[..., 0::2] << 4)",
+        "packing convention (interfaces.md: low nibble = even)",
+        "NVFP4 packs the odd element in the low nibble",
+    ),
+    M(
+        "e2m1_ties_away",
+        "quant",
+        "magnitude = torch.where(below % 2 == 0, below, upto)",
+        "magnitude = upto",
+        "round-half-away in a software fp4 cast (cvt.rn.satfinite.e2m1x2 is RNE)",
+        "e2m1 ties round away from zero instead of to even",
+    ),
+    # ---- layouts.py
+    M(
+        "column_major_scales_row_major",
+        "layouts",
+        "    buf.copy_(scales.transpose(-1, -2))\n    return buf.transpose(-1, -2)",
+        "    return scales.contiguous()",
+        "K13 class: fi PR #4574 / #4741 (scale layout vs kernel config)",
+        "column-major activation scales written in row-major memory",
+    ),
+    M(
+        "tma_scales_unpadded",
+        "layouts",
+        "buf = scales.new_zeros(*lead, G, ceil_div(M, 4) * 4)",
+        "buf = scales.new_zeros(*lead, G, M)",
+        "K13 class: fi PR #4574 (TMA-aligned scale layout)",
+        "column-major TMA scales without the padding of M to a multiple of 4",
+    ),
+    # ---- layer.py
+    M(
+        "gate_up_swapped",
+        "layer",
+        'gate, up = (first, second) if half_order == "gate_up" else (second, first)',
+        'gate, up = (second, first) if half_order == "gate_up" else (first, second)',
+        "K12: Megatron-LM PR #6045",
+        "w13 halves read as [up; gate] where the layout says [gate; up] (and vice versa)",
+    ),
+    M(
+        "relu2_as_silu",
+        "layer",
+        'NON_GATED = {"relu2": relu2,',
+        'NON_GATED = {"relu2": F.silu,',
+        "K11 class: vllm PR #36146 (relu2 path hard-coded to SwiGLU's activation)",
+        "relu2 computed as silu",
+    ),
+    M(
+        "ep_offset_ignored",
+        "layer",
+        "if not local_expert_offset <= e < hi:",
+        "if not 0 <= e < hi - local_expert_offset:",
+        "K10: fi issue #3547 / PR #3591, vllm-gaudi PR #1796",
+        "the local expert window starts at 0 instead of local_expert_offset",
+    ),
+    M(
+        "act_scales_read_transposed",
+        "layer",
+        "a_s.t().unsqueeze(-1)",
+        "a_s.reshape(a_s.shape[1], a_s.shape[0]).unsqueeze(-1)",
+        "K13 class: fi PR #4574 (activation scale layout)",
+        "fp8_block GEMM reads the row-major activation scales [n, K/128] as if column-major",
+        (("quant", "fp8_block"),),
+    ),
+    M(
+        "combine_without_router_weight",
+        "layer",
+        "    if not router_weight_on_input:\n        y = y * w.unsqueeze(1)\n",
+        "",
+        "K9 class: fi PR #3763 (router weights not read correctly)",
+        "expert outputs summed without the router weight",
+    ),
+    M(
+        "rsf_at_combine_twice",
+        "layer",
+        'if rsf_placement == "combine" and rsf is not None:',
+        "if rsf is not None:",
+        "K8: sglang PR #35152 (TBO epilogue multiplies rsf again)",
+        "rsf multiplied at the combine although folded in",
+    ),
+    M(
+        "requant_skipped",
+        "layer",
+        'y = gemm(quantize_rows(a, quant), weight_operand(ew, "w2", quant), quant)',
+        'y = gemm(a.float() if quant in ("mxfp8", "nvfp4") else quantize_rows(a, quant), '
+        'weight_operand(ew, "w2", quant), quant)',
+        "recipe mismatch (requant_intermediate declared; no public bug id)",
+        "mxfp8 / nvfp4 GEMM2 reads the bf16 intermediate without re-quantizing it",
+    ),
+)
+EQUIVALENT = (
+    M(
+        "tie_higher_index",
+        "routing",
+        "return descending_order(keys)[..., :k]",
+        "return (keys.shape[-1] - 1 - descending_order(keys.flip(-1)))[..., :k]",
+        "vllm PRs #55514 / #54403 / #52679 (torch.topk tie order)",
+        "equal keys go to the higher expert index: a valid selection, which the tie-aware check must accept",
+    ),
+)
+IDENTITY = Mutant("identity", None, "", "", "none", "the unpatched copy: must never be flagged")
+MUTANTS = {m.name: m for m in CATALOGUE + EQUIVALENT + (IDENTITY,)}
+_BUILT = {}
+
+
+def patch(source, old, new, where="source"):
+    """source with the one occurrence of old replaced by new; MutantError unless old occurs exactly once."""
+    n = source.count(old)
+    if n != 1:
+        raise MutantError(
+            f"{where}: the patch text occurs {n} times, not once (torch_eager changed?): {old!r}"
+        )
+    return source.replace(old, new)
+
+
+def _exec_module(name, path, source):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    exec(compile(source, str(path), "exec"), module.__dict__)
+    return module
+
+
+def torch_eager_copy(mutant):
+    """A fresh package `difftest_mutant_<name>`: torch_eager, mutant.module patched, the rest from disk."""
+    pkg = f"difftest_mutant_{mutant.name}"
+    init = TORCH_EAGER / "__init__.py"
+    spec = importlib.util.spec_from_file_location(pkg, init, submodule_search_locations=[str(TORCH_EAGER)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[pkg] = package
+    if mutant.module is not None:
+        path = TORCH_EAGER / f"{mutant.module}.py"
+        patched = patch(path.read_text(), mutant.old, mutant.new, f"{mutant.name}: {path.name}")
+        setattr(package, mutant.module, _exec_module(f"{pkg}.{mutant.module}", path, patched))
+    spec.loader.exec_module(package)  # the other modules import from disk as pkg.<module>
+    return package
+
+
+def build(name):
+    """The Impl "mutant:<name>": difftest/impl_torch.py's wrapping around the patched copy (cached)."""
+    if name not in MUTANTS:
+        raise MutantError(f"unknown mutant {name!r}; known: {', '.join(MUTANTS)}")
+    if name not in _BUILT:
+        te = torch_eager_copy(MUTANTS[name])
+        adapter = types.ModuleType(f"difftest.mutant_adapter_{name}")
+        adapter.__package__ = "difftest"
+        adapter.__file__ = str(ADAPTER)
+        exec(compile(ADAPTER.read_text(), str(ADAPTER), "exec"), adapter.__dict__)
+        adapter.te = te  # every adapter function reads the global te at call time
+        _BUILT[name] = adapter._impl(f"mutant:{name}", "cpu", lambda: None)
+    return _BUILT[name]
+
+
+def __getattr__(name):
+    """`difftest.mutants:<name>` as an implementation reference (interface.load, fixtures, replay)."""
+    if name in MUTANTS:
+        return build(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---- hunting
+
+
+class Kill(NamedTuple):
+    mutant: str
+    killed: bool
+    op: str | None  # the op whose cell found it
+    examples: int  # generated cases up to and including the first failing one (all of them if survived)
+    seconds: float  # wall time from the start of the hunt to the first failing case
+    total_seconds: float  # including shrinking
+    case: dict | None  # the shrunk reproducer (Case.to_dict())
+    message: str | None
+    fixture: str | None
+
+
+def reproducer_size(case_dict):
+    """(tokens, experts, hidden, input elements) of a case; None where the op has no such dimension."""
+    case = Case.from_dict(case_dict)
+    c = case.config
+    r = c.routing if case.op == "moe" else c
+    experts = None if case.op == "quant" else r.num_experts
+    hidden = None if case.op == "routing" else c.hidden_size
+    elements = sum(a.size for a in generate.inputs(case).values())
+    return {"tokens": r.num_tokens, "experts": experts, "hidden": hidden, "input_elements": int(elements)}
+
+
+def focused(op, focus):
+    """The op's configuration strategy restricted by the focus keywords it takes; None: the full strategy."""
+    kwargs = {k: v for k, v in focus if k in FOCUS_KEYWORDS[op]}
+    return strategies.CONFIG_STRATEGIES[op](**kwargs) if kwargs else None
+
+
+def hunt(
+    name, *, max_examples=MAX_EXAMPLES, time_budget=TIME_BUDGET_S, seed=0, chunk=CHUNK, fixtures_root=None
+):
+    """Fuzz mutant `name` on the ops reaching its module, chunk by chunk, until a finding or a budget ends."""
+    impl = build(name)
+    mutant = MUTANTS[name]
+    ops = MODULE_OPS[mutant.module]
+    state = {"n": 0, "first": None, "last_case": None}
+    t0 = time.perf_counter()
+
+    def record(row):
+        state["n"] += 1
+        if row["status"] in ("fail", "error"):
+            state["last_case"] = row["case"]  # Hypothesis replays the shrunk example last
+            if state["first"] is None:
+                state["first"] = (state["n"], time.perf_counter() - t0)
+
+    generated, i = 0, 0
+    while generated < max_examples and time.perf_counter() - t0 < time_budget:
+        op = ops[i % len(ops)]
+        n = min(chunk, max_examples - generated)
+        # no example database: a mutant must be found by search, never by replaying an earlier failure
+        chunk_settings = settings(campaign.cli_settings(n), database=None)
+        res = campaign.fuzz_cell(
+            impl,
+            f"difftest.mutants:{name}",
+            op,
+            hypothesis_settings=chunk_settings,
+            configs=focused(op, mutant.focus),
+            record=record,
+            fixtures_root=fixtures_root,
+            run_seed=seed * 1_000_003 + i,
+            provenance=f"difftest mutants: {mutant.models}",
+        )
+        if res.finding:
+            n_first, s_first = state["first"]
+            return Kill(
+                name,
+                True,
+                op,
+                n_first,
+                s_first,
+                time.perf_counter() - t0,
+                state["last_case"],
+                res.finding,
+                res.fixture,
+            )
+        generated += res.examples
+        i += 1
+    return Kill(
+        name, False, None, generated, time.perf_counter() - t0, time.perf_counter() - t0, None, None, None
+    )
+
+
+def _hunt_star(args):
+    name, kwargs = args
+    return hunt(name, **kwargs)
+
+
+# ---- report
+
+
+def row(k):
+    """One table row of a Kill (a markdown line)."""
+    m = MUTANTS[k.mutant]
+    if not k.killed:
+        return f"| {k.mutant} | {m.models} | survived | {k.examples} | {k.seconds:.1f} | | |"
+    size = reproducer_size(k.case)
+    dims = " ".join(
+        f"{d[0].upper()}={size[d]}" for d in ("tokens", "experts", "hidden") if size[d] is not None
+    )
+    cells = (k.mutant, m.models, k.op, k.examples, f"{k.seconds:.1f}", dims, size["input_elements"])
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def summary(kills):
+    """Kill rate over the catalogue, time-to-kill and reproducer size statistics, equivalents' outcome."""
+    cat = [k for k in kills if k.mutant in {m.name for m in CATALOGUE}]
+    killed = [k for k in cat if k.killed]
+    out = {
+        "catalogue": len(cat),
+        "killed": len(killed),
+        "survivors": [k.mutant for k in cat if not k.killed],
+        "equivalent_flagged": [
+            k.mutant for k in kills if k.mutant not in {m.name for m in CATALOGUE} and k.killed
+        ],
+    }
+    if killed:
+        secs = [k.seconds for k in killed]
+        exs = [k.examples for k in killed]
+        sizes = [reproducer_size(k.case) for k in killed]
+        out.update(
+            {
+                "median_seconds": statistics.median(secs),
+                "max_seconds": max(secs),
+                "median_examples": statistics.median(exs),
+                "max_examples": max(exs),
+                "median_input_elements": statistics.median(s["input_elements"] for s in sizes),
+                "median_tokens": statistics.median(s["tokens"] for s in sizes),
+            }
+        )
+    return out
+
+
+def table(kills):
+    head = [
+        "| mutant | models | killed by | examples to kill | seconds to kill | shrunk reproducer"
+        " | input elements |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    return "\n".join(head + [row(k) for k in kills])
+
+
+def main(argv=None):
+    """`python -m difftest mutants`: exit 0 when every catalogue mutant is killed and no equivalent one is
+    flagged, 1 otherwise, 2 on bad arguments."""
+    p = argparse.ArgumentParser(prog="python -m difftest mutants", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--mutant", action="append", help=f"mutant name (repeatable; default all): {', '.join(MUTANTS)}"
+    )
+    p.add_argument("--max-examples", type=int, default=MAX_EXAMPLES, help="generated cases per mutant")
+    p.add_argument("--time-budget", type=float, default=TIME_BUDGET_S, help="seconds per mutant")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="mutants hunted in parallel (1: unloaded timings)")
+    p.add_argument("--out", help="directory for mutants.json and the shrunk reproducers as fixtures")
+    p.add_argument("--list", action="store_true", help="list the catalogue and exit")
+    try:
+        args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    if args.list:
+        for m in CATALOGUE + EQUIVALENT:
+            print(f"{m.name:34s} {m.module:8s} {m.models}\n{'':43s} {m.doc}")
+        return 0
+    names = args.mutant or [m.name for m in CATALOGUE + EQUIVALENT]
+    unknown = [n for n in names if n not in MUTANTS]
+    if unknown or args.workers < 1 or args.max_examples < 1:
+        print(
+            f"difftest: error: unknown mutants {unknown}"
+            if unknown
+            else "difftest: error: --workers and --max-examples must be >= 1",
+            file=sys.stderr,
+        )
+        return 2
+    out = Path(args.out) if args.out else None
+    kwargs = {
+        "max_examples": args.max_examples,
+        "time_budget": args.time_budget,
+        "seed": args.seed,
+        "fixtures_root": None if out is None else out / "fixtures",
+    }
+    jobs = [(n, kwargs) for n in names]
+    if args.workers == 1:
+        kills = []
+        for job in jobs:
+            kills.append(_hunt_star(job))
+            print(row(kills[-1]), flush=True)
+    else:
+        with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+            kills = []
+            for k in pool.imap(_hunt_star, jobs):
+                kills.append(k)
+                print(row(k), flush=True)
+    s = summary(kills)
+    print("\n" + table(kills) + "\n")
+    print(json.dumps(s, indent=1))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "mutants.json").write_text(
+            json.dumps(
+                {
+                    "summary": s,
+                    "kills": [k._asdict() for k in kills],
+                    "budget": {k: v for k, v in kwargs.items() if k != "fixtures_root"},
+                },
+                indent=1,
+                default=str,
+            )
+            + "\n"
+        )
+    return 0 if not s["survivors"] and not s["equivalent_flagged"] else 1

@@ -1,0 +1,247 @@
+"""Model presets: the MoE configuration of released models, one row each with its source, for
+`python -m difftest fuzz --model NAME`.
+
+A preset fixes what defines the model's numerics (routing method, experts, top-k, groups, scaling factor,
+activation, quant path) and lets Hypothesis draw the rest (tokens, distributions, seeds, logit/bias dtypes).
+Hidden and intermediate sizes are scaled down by default to at most MODEL_HIDDEN / MODEL_INTERMEDIATE
+(DIFFTEST_MODEL_HIDDEN, default 256; DIFFTEST_MODEL_INTERMEDIATE, default 128; kept multiples of the quant
+block), because the bound scales with the sizes and the bugs these presets target live in routing, layouts
+and rounding points, not in GEMM length; DIFFTEST_MODEL_FULL=1 uses the real sizes (slow on CPU).
+"""
+
+import os
+from typing import NamedTuple
+
+from hypothesis import strategies as st
+
+from .case import MoEConfig, QuantConfig, RoutingConfig
+from .strategies import num_tokens
+
+MODEL_HIDDEN = int(os.environ.get("DIFFTEST_MODEL_HIDDEN", "256"))
+MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MODEL_INTERMEDIATE", "128"))
+MODEL_FULL = os.environ.get("DIFFTEST_MODEL_FULL") == "1"
+MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MODEL_MAX_TOKENS", "16"))
+BLOCK = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}
+
+
+class Preset(NamedTuple):
+    method: str
+    num_experts: int
+    top_k: int
+    n_group: int
+    topk_group: int
+    routed_scaling_factor: float | None
+    biased: bool
+    activation: str
+    quant: str
+    hidden_size: int
+    intermediate_size: int
+    router_weight_on_input: bool
+    source: str
+
+
+HF = "https://huggingface.co/{}/blob/main/config.json"
+PRESETS = {
+    "deepseek-v3": Preset(
+        "deepseek_v3",
+        256,
+        8,
+        8,
+        4,
+        2.5,
+        True,
+        "swiglu",
+        "fp8_block",
+        7168,
+        2048,
+        False,
+        HF.format("deepseek-ai/DeepSeek-V3"),
+    ),
+    "deepseek-r1": Preset(
+        "deepseek_v3",
+        256,
+        8,
+        8,
+        4,
+        2.5,
+        True,
+        "swiglu",
+        "fp8_block",
+        7168,
+        2048,
+        False,
+        HF.format("deepseek-ai/DeepSeek-R1"),
+    ),
+    # The MTP draft layer (num_nextn_predict_layers = 1) is unquantized BF16 (moe_semantics.md §5.4).
+    "deepseek-v3-mtp": Preset(
+        "deepseek_v3",
+        256,
+        8,
+        8,
+        4,
+        2.5,
+        True,
+        "swiglu",
+        "bf16",
+        7168,
+        2048,
+        False,
+        HF.format("deepseek-ai/DeepSeek-V3"),
+    ),
+    "glm-4.5": Preset(
+        "deepseek_v3",
+        160,
+        8,
+        1,
+        1,
+        2.5,
+        True,
+        "swiglu",
+        "bf16",
+        5120,
+        1536,
+        False,
+        HF.format("zai-org/GLM-4.5"),
+    ),
+    # GLM-5.x: 256 experts, top-8, n_group 1, large biases (known_bugs.md K5).
+    "glm-5": Preset(
+        "deepseek_v3",
+        256,
+        8,
+        1,
+        1,
+        2.5,
+        True,
+        "swiglu",
+        "fp8_block",
+        6144,
+        2048,
+        False,
+        HF.format("zai-org/GLM-5"),
+    ),
+    "nemotron-h": Preset(
+        "deepseek_v3",
+        128,
+        6,
+        1,
+        1,
+        2.5,
+        True,
+        "relu2",
+        "bf16",
+        2688,
+        1856,
+        False,
+        HF.format("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
+    ),
+    "qwen3-moe": Preset(
+        "renormalize",
+        128,
+        8,
+        1,
+        1,
+        None,
+        False,
+        "swiglu",
+        "bf16",
+        2048,
+        768,
+        False,
+        HF.format("Qwen/Qwen3-30B-A3B"),
+    ),
+    "llama-4": Preset(
+        "llama4",
+        16,
+        1,
+        1,
+        1,
+        None,
+        False,
+        "swiglu",
+        "bf16",
+        5120,
+        8192,
+        True,
+        HF.format("meta-llama/Llama-4-Scout-17B-16E"),
+    ),
+    "mixtral": Preset(
+        "renormalize",
+        8,
+        2,
+        1,
+        1,
+        None,
+        False,
+        "swiglu",
+        "bf16",
+        4096,
+        14336,
+        False,
+        HF.format("mistralai/Mixtral-8x7B-v0.1"),
+    ),
+}
+QUANT_SCHEME = {"fp8_block": "fp8_group", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+
+
+def _scaled(size, limit, block):
+    return size if MODEL_FULL else max(block, min(size, limit) // block * block)
+
+
+@st.composite
+def _routing(draw, p, T):
+    return RoutingConfig(
+        method=p.method,
+        num_tokens=draw(T, label="num_tokens"),
+        num_experts=p.num_experts,
+        top_k=p.top_k,
+        n_group=p.n_group,
+        topk_group=p.topk_group,
+        routed_scaling_factor=p.routed_scaling_factor,
+        renormalize=True,
+        eps=draw(st.sampled_from([0.0, 1e-20]), label="eps"),
+        logits_dtype=draw(st.sampled_from(["fp32", "bf16"]), label="logits_dtype"),
+        bias_dtype=draw(st.sampled_from(["fp32", "bf16"]), label="bias_dtype") if p.biased else None,
+    )
+
+
+@st.composite
+def _moe(draw, p):
+    block = BLOCK[p.quant]
+    H = _scaled(p.hidden_size, MODEL_HIDDEN, block)
+    I = _scaled(p.intermediate_size, MODEL_INTERMEDIATE, block)
+    return MoEConfig(
+        routing=draw(_routing(p, num_tokens(MODEL_MAX_TOKENS))),
+        hidden_size=draw(st.sampled_from(sorted({H, max(block, H - block)})), label="hidden_size"),
+        intermediate_size=I,
+        activation=p.activation,
+        quant=p.quant,
+        rsf_placement="routing"
+        if p.router_weight_on_input
+        else draw(st.sampled_from(["routing", "combine"]), label="rsf_placement"),
+        router_weight_on_input=p.router_weight_on_input,
+    )
+
+
+@st.composite
+def _quant(draw, p):
+    scheme = QUANT_SCHEME[p.quant]
+    H = _scaled(p.hidden_size, MODEL_HIDDEN, BLOCK[p.quant])
+    return QuantConfig(
+        scheme=scheme,
+        num_tokens=draw(num_tokens(), label="num_tokens"),
+        hidden_size=H,
+        scale_fmt=draw(st.sampled_from(["fp32", "ue8m0"]), label="scale_fmt")
+        if scheme == "fp8_group"
+        else "fp32",
+    )
+
+
+def configs(name, op):
+    """Strategy of `op` configurations around preset `name`; None when the model has no such op (bf16: no
+    quantizer)."""
+    p = PRESETS[name]
+    if op == "routing":
+        return _routing(p, num_tokens())
+    if op == "moe":
+        return _moe(p)
+    return _quant(p) if p.quant in QUANT_SCHEME else None

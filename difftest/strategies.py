@@ -1,0 +1,188 @@
+"""Hypothesis strategies for cases, named like Hypothesis' own and bounded by module constants.
+
+Arrays are never drawn element by element (hypothesis.extra.numpy cannot draw bf16/fp8, and big arrays
+shrink badly): a case is a configuration + a distribution name + a seed, and difftest/generate.py makes the
+bits. Shrinking therefore moves toward fewer tokens, smaller sizes, the first distribution ("normal") and
+seed 0. Size limits come from the environment once, at import (DIFFTEST_MAX_TOKENS, ..._EXPERTS,
+..._HIDDEN, ..._INTERMEDIATE), so a campaign can be widened without edits.
+"""
+
+import os
+from typing import NamedTuple
+
+from hypothesis import strategies as st
+
+from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
+
+from .case import (
+    ACTIVATIONS,
+    BIASED_METHODS,
+    GROUPED_METHODS,
+    QUANT_PATHS,
+    ROUTING_METHODS,
+    Case,
+    MoEConfig,
+    QuantConfig,
+    RoutingConfig,
+)
+from .generate import QUANT_DISTS, ROUTING_DISTS
+
+MAX_TOKENS = int(os.environ.get("DIFFTEST_MAX_TOKENS", "40"))
+MAX_EXPERTS = int(os.environ.get("DIFFTEST_MAX_EXPERTS", "64"))
+MAX_HIDDEN = int(os.environ.get("DIFFTEST_MAX_HIDDEN", "512"))
+MAX_INTERMEDIATE = int(os.environ.get("DIFFTEST_MAX_INTERMEDIATE", "384"))
+# The layer is the slow op (two float64 spec passes per case): its own, smaller limits.
+MOE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MAX_TOKENS", "8"))
+MOE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MAX_EXPERTS", "8"))
+MOE_MAX_SIZE = int(os.environ.get("DIFFTEST_MOE_MAX_SIZE", "128"))
+TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)  # TMA row padding, warp/tile widths, routing kernel thresholds
+MAX_SEED = 2**32 - 1
+
+
+def num_tokens(max_value=None):
+    """T in [0, max], weighted to 0, 1 and t-1, t, t+1 around tile / padding boundaries."""
+    top = MAX_TOKENS if max_value is None else max_value
+    edges = sorted({n for t in TILE_SIZES for n in (t - 1, t, t + 1) if n <= top} | {0, 1})
+    return st.one_of(st.sampled_from(edges), st.integers(0, top))
+
+
+def seeds():
+    return st.integers(0, MAX_SEED)
+
+
+def routing_scaling_factors():
+    return st.sampled_from(
+        [None, 1.0, 2.5, 2.826, 16.0]
+    )  # None: no scaling (Qwen, Mixtral, Llama-4); 2.5: DeepSeek-V3
+
+
+class Groups(NamedTuple):
+    num_experts: int
+    n_group: int
+    topk_group: int
+
+
+@st.composite
+def expert_groups(draw, method, max_experts=None):
+    """(E, n_group, topk_group): grouped methods get E = n_group × per-group (>= 2 for top-2 sums)."""
+    top = MAX_EXPERTS if max_experts is None else max_experts
+    if method in GROUPED_METHODS and draw(st.booleans(), label="grouped"):
+        G = draw(st.sampled_from([g for g in (2, 4, 8) if 2 * g <= top]), label="n_group")
+        per = draw(st.integers(2, max(2, min(32, top // G))), label="experts_per_group")
+        return Groups(G * per, G, draw(st.integers(1, G), label="topk_group"))
+    return Groups(draw(st.integers(1, top), label="num_experts"), 1, 1)
+
+
+@st.composite
+def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=None, shared=True):
+    method = method or draw(st.sampled_from(ROUTING_METHODS), label="method")
+    E, G, tg = draw(expert_groups(method, max_experts))
+    top_k = 1 if method == "llama4" else draw(st.integers(1, min(8, tg * (E // G))), label="top_k")
+    bias = (
+        draw(st.sampled_from([None, "fp32", "fp32", "bf16"]), label="bias_dtype")
+        if method in BIASED_METHODS
+        else None
+    )
+    return RoutingConfig(
+        method=method,
+        num_tokens=draw(
+            num_tokens() if num_tokens_strategy is None else num_tokens_strategy, label="num_tokens"
+        ),
+        num_experts=E,
+        top_k=top_k,
+        n_group=G,
+        topk_group=tg,
+        routed_scaling_factor=draw(routing_scaling_factors(), label="routed_scaling_factor"),
+        renormalize=draw(st.booleans(), label="renormalize"),
+        eps=draw(st.sampled_from([0.0, 1e-20]), label="eps"),
+        logits_dtype=draw(st.sampled_from(["fp32", "bf16", "fp16"]), label="logits_dtype"),
+        bias_dtype=bias,
+        num_fused_shared_experts=draw(st.integers(0, 2), label="shared") if shared else 0,
+        group_mask_value=draw(st.sampled_from([float("-inf"), 0.0]), label="group_mask_value")
+        if method == "deepseek_v2"
+        else float("-inf"),
+    )
+
+
+@st.composite
+def quant_configs(draw, scheme=None):
+    scheme = scheme or draw(st.sampled_from(["fp8_group", "mxfp8", "nvfp4"]), label="scheme")
+    group = (
+        draw(st.sampled_from([16, 32, 64, 128]), label="group_size")
+        if scheme == "fp8_group"
+        else {"mxfp8": 32, "nvfp4": 16}[scheme]
+    )
+    H = group * draw(st.integers(1, max(1, MAX_HIDDEN // group)), label="groups_per_row")
+    fmt = draw(st.sampled_from(["fp32", "ue8m0"]), label="scale_fmt") if scheme == "fp8_group" else "fp32"
+    layouts = ("row", "ue8m0_packed") if fmt == "ue8m0" else ("row", "col", "col_tma")
+    return QuantConfig(
+        scheme=scheme,
+        num_tokens=draw(num_tokens(), label="num_tokens"),
+        hidden_size=H,
+        group_size=group if scheme == "fp8_group" else 128,
+        input_dtype=draw(st.sampled_from(["bf16", "fp16", "fp32"]), label="input_dtype"),
+        variant=draw(st.sampled_from(QUANT_VARIANTS), label="variant"),
+        scale_formula=draw(st.sampled_from(SCALE_FORMULAS), label="scale_formula"),
+        scale_fmt=fmt,
+        layout=draw(st.sampled_from(layouts), label="layout") if scheme == "fp8_group" else "row",
+        mx_rule=draw(st.sampled_from(["ocp", "ceil448"]), label="mx_rule"),
+    )
+
+
+def _sizes(quant, top):
+    """Hidden / intermediate sizes: multiples of the activation block (fp8 128, mxfp8 32, nvfp4 16); bf16
+    takes any multiple of 16, non-multiples of 128 included."""
+    step = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}[quant]
+    return st.integers(1, max(1, top // step)).map(lambda n: n * step)
+
+
+@st.composite
+def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None, max_tokens=None):
+    quant = quant or draw(st.sampled_from(QUANT_PATHS), label="quant")
+    routing = draw(
+        routing_configs(
+            method, num_tokens(max_tokens or MOE_MAX_TOKENS), max_experts or MOE_MAX_EXPERTS, shared=False
+        )
+    )
+    E = routing.num_experts
+    offset, local = 0, None
+    if E > 1 and draw(st.booleans(), label="expert_parallel"):
+        local = draw(st.integers(1, E - 1), label="local_num_experts")
+        offset = draw(st.integers(0, E - local), label="local_expert_offset")
+    return MoEConfig(
+        routing=routing,
+        hidden_size=draw(_sizes(quant, min(MAX_HIDDEN, MOE_MAX_SIZE)), label="hidden_size"),
+        intermediate_size=draw(_sizes(quant, min(MAX_INTERMEDIATE, MOE_MAX_SIZE)), label="intermediate_size"),
+        activation=activation or draw(st.sampled_from(ACTIVATIONS), label="activation"),
+        half_order=draw(st.sampled_from(["gate_up", "up_gate"]), label="half_order"),
+        quant=quant,
+        local_expert_offset=offset,
+        local_num_experts=local,
+        **_weight_placement(draw, routing.top_k),
+    )
+
+
+def _weight_placement(draw, top_k):
+    """router_weight_on_input (top-1 only) takes the whole weight, rsf included: rsf_placement "routing"."""
+    if top_k == 1 and draw(st.booleans(), label="router_weight_on_input"):
+        return {"router_weight_on_input": True, "rsf_placement": "routing"}
+    return {
+        "router_weight_on_input": False,
+        "rsf_placement": draw(st.sampled_from(["routing", "combine"]), label="rsf_placement"),
+    }
+
+
+CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": moe_configs}
+DIST_NAMES = {"routing": ROUTING_DISTS, "quant": QUANT_DISTS, "moe": ROUTING_DISTS}
+SPECIAL_DISTS = ("nonfinite",)  # special values are their own checks (style §3.4), drawn only on request
+
+
+@st.composite
+def cases(draw, op=None, configs=None, special=False, **config_kwargs):
+    """A Case of `op` (drawn if None); `configs` overrides the configuration strategy (model presets);
+    `special` adds the NaN/Inf distributions."""
+    op = op or draw(st.sampled_from(("routing", "quant", "moe")), label="op")
+    config = draw(configs if configs is not None else CONFIG_STRATEGIES[op](**config_kwargs), label="config")
+    names = [d for d in DIST_NAMES[op] if special or d not in SPECIAL_DISTS]
+    dist = draw(st.sampled_from(names), label="dist")
+    return Case(op, config, dist, draw(seeds(), label="seed"))

@@ -1,0 +1,178 @@
+"""difftest.compare / difftest.check: each check can fail, and ties decided another valid way pass."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from difftest import bug_models, check, compare, impl_spec
+from difftest.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.impl_spec import SPEC
+
+DS = RoutingConfig("deepseek_v3", 8, 16, 4, 4, 2, 2.5, bias_dtype="fp32")
+
+
+def impl(run, ops=("routing", "quant", "moe"), deterministic=True):
+    return SPEC._replace(name="test-impl", ops=ops, deterministic=deterministic, run=run)
+
+
+def test_elementwise_message_names_element_values_bound_ratio():
+    got, want = np.zeros((4, 20)), np.zeros((4, 20))
+    got[3, 17], want[3, 17] = 0.512, 0.498
+    v = compare.elementwise("out", got, want, np.full((4, 20), 3.1e-3), "moe, torch")
+    assert not v.ok and v.ratio == pytest.approx(0.014 / 3.1e-3)
+    assert v.message == "out[3, 17]=0.512 but spec=0.498: |diff| 0.014 > bound 0.0031 (4.52x) [moe, torch]"
+
+
+def test_elementwise_nan_only_where_spec_is_nan():
+    assert compare.elementwise("w", [np.nan, 1.0], [np.nan, 1.0], [0.0, 0.0], "t").ok
+    assert not compare.elementwise("w", [np.nan, 1.0], [0.5, 1.0], [1.0, 1.0], "t").ok
+
+
+def _reversed_ties(case, inputs):
+    """Routing that breaks ties toward the higher expert id (a valid kernel choice): flip, route, map back."""
+    c = case.config
+    E = c.num_experts
+    flipped = {"logits": inputs["logits"][:, ::-1].copy()}
+    if "bias" in inputs:
+        flipped["bias"] = inputs["bias"][::-1].copy()
+    r = impl_spec.route(c, flipped, impl_spec.DEFAULT)  # groups reverse too: group g <-> G-1-g
+    ids = np.where(r.ids < E, E - 1 - r.ids, r.ids).astype(np.int32)
+    return {"ids": ids, "weights": r.weights}
+
+
+@pytest.mark.parametrize("method", ["sigmoid", "deepseek_v3", "renormalize_naive", "topk"])
+def test_ties_broken_the_other_way_pass_as_near_ties(method):
+    cfg = RoutingConfig(method, 16, 16, 4, *((4, 2) if method == "deepseek_v3" else (1, 1)))
+    r = check.run_case(impl(_reversed_ties), Case("routing", cfg, "exact_ties", 3))
+    assert r.status == "pass", r.message
+    assert r.near_ties > 0
+
+
+def test_a_clearly_worse_expert_fails():
+    def worse(case, inputs):
+        out = SPEC.run(case, inputs)
+        ids = out["ids"].copy()
+        keys = inputs["logits"]
+        ids[0, -1] = np.setdiff1d(np.argsort(keys[0]), ids[0])[0]  # the smallest key not already chosen
+        return {"ids": ids, "weights": out["weights"]}
+
+    r = check.run_case(impl(worse), Case("routing", RoutingConfig("topk", 4, 16, 4), "normal", 1))
+    assert r.status == "fail" and "ids[0]" in r.message
+
+
+def test_k1_weights_from_biased_scores_fail():
+    r = check.run_case(bug_models.DEEPSEEK_BIASED_WEIGHTS, Case("routing", DS, "normal", 1))
+    assert r.status == "fail" and "weights" in r.message and r.ratio > 1
+
+
+def test_rsf_applied_twice_fails():
+    r = check.run_case(bug_models.RSF_TWICE, Case("routing", DS, "normal", 1))
+    assert r.status == "fail" and "weights" in r.message
+
+
+def test_shared_expert_weight_checked():
+    def wrong_shared(case, inputs):
+        out = SPEC.run(case, inputs)
+        w = out["weights"].copy()
+        w[:, -1] *= 2
+        return {"ids": out["ids"], "weights": w}
+
+    cfg = RoutingConfig("deepseek_v3", 4, 16, 4, 4, 2, 2.5, bias_dtype="fp32", num_fused_shared_experts=1)
+    r = check.run_case(impl(wrong_shared), Case("routing", cfg, "normal", 1))
+    assert r.status == "fail" and "shared" in r.message
+
+
+def test_quant_code_and_layout_are_bit_exact():
+    case = Case("quant", QuantConfig("fp8_group", 5, 256, layout="col"), "normal", 1)
+
+    def flipped_code(case, inputs):
+        out = SPEC.run(case, inputs)
+        q = out["q"].copy()
+        q[2, 7] ^= 1
+        return {**out, "q": q}
+
+    def row_major_buffer(case, inputs):
+        out = SPEC.run(case, inputs)
+        return {**out, "scale_buffer": np.ascontiguousarray(out["scales"]).view(np.uint8).ravel()}
+
+    assert check.run_case(SPEC, case).status == "pass"
+    r = check.run_case(impl(flipped_code), case)
+    assert r.status == "fail" and r.message.startswith("q[2, 7]=")
+    r = check.run_case(impl(row_major_buffer), case)
+    assert r.status == "fail" and "scale_buffer as col" in r.message
+
+
+def test_nondeterminism_is_caught_when_declared_deterministic():
+    counter = itertools.count()
+
+    def jitter(case, inputs):
+        out = SPEC.run(case, inputs)
+        return {**out, "weights": out["weights"] + np.float32(next(counter) * 1e-7)}
+
+    r = check.run_case(impl(jitter), Case("routing", DS, "normal", 1), repeat=True)
+    assert r.status == "fail" and "two runs differ" in r.message
+
+
+def test_writing_into_inputs_is_an_error():
+    def scribble(case, inputs):
+        inputs["logits"][0, 0] = 0
+        return SPEC.run(case, inputs)
+
+    r = check.run_case(impl(scribble), Case("routing", DS, "normal", 1))
+    assert r.status == "error" and "read-only" in r.message
+
+
+def test_unsupported_case_is_a_skip_with_reason():
+    r = check.run_case(impl(SPEC.run, ops=("routing",)), Case("quant", QuantConfig("fp8_group", 1, 128)))
+    assert r.status == "skip" and "does not implement op quant" in r.message
+
+
+def test_moe_output_beyond_bound_fails_and_within_passes():
+    case = Case("moe", MoEConfig(DS, 64, 32), "normal", 2)
+
+    def nudged(scale):
+        def run(case, inputs):
+            out = SPEC.run(case, inputs)
+            o = out["out"].copy()
+            o[1, 5] = o[1, 5] * (1 + scale) + scale
+            return {**out, "out": o}
+
+        return run
+
+    assert check.run_case(SPEC, case).status == "pass"
+    r = check.run_case(impl(nudged(0.05)), case)
+    assert r.status == "fail" and r.message.startswith("out[1, 5]=")
+
+
+def test_routing_validity_uses_groups():
+    """The best expert sits in a group with a poor top-2 sum: taking it ignores the group mask, not a tie."""
+    case = Case("routing", RoutingConfig("deepseek_v3", 1, 16, 2, 4, 1), "normal", 0)
+    logits = np.full((1, 16), -5.0, np.float32)
+    logits[0, 0], logits[0, 4:6] = 5.0, 2.0  # group 0: σ(5)+σ(-5) ≈ 1.0 < group 1: 2σ(2) ≈ 1.76
+
+    def ignore_groups(case, inputs):
+        ids = np.argsort(-inputs["logits"], axis=1, kind="stable")[:, :2].astype(np.int32)
+        return {"ids": ids, "weights": SPEC.run(case, inputs)["weights"]}
+
+    assert SPEC.run(case, {"logits": logits})["ids"].tolist() == [[4, 5]]
+    r = check.run_case(impl(ignore_groups), case, {"logits": logits})
+    assert r.status == "fail" and "ids[0]=[0, 4]" in r.message
+
+
+def test_poisoned_output_buffer_left_unwritten_fails():
+    """An implementation that writes into given buffers (run_into) must write every element."""
+    case = Case("routing", DS, "normal", 1)
+
+    def run_into(skip_last_row):
+        def write(case, inputs, buffers):
+            out = SPEC.run(case, inputs)
+            rows = slice(0, -1) if skip_last_row else slice(None)
+            for k in buffers:
+                buffers[k][rows] = out[k][rows]
+        return write
+    def into(skip_last_row):  # a plug-in object: the Impl fields plus run_into
+        return type("Into", (), {**SPEC._asdict(), "run_into": staticmethod(run_into(skip_last_row))})
+    assert check.run_case(into(False), case).status == "pass"
+    r = check.run_case(into(True), case)
+    assert r.status == "fail" and "NaN-poisoned buffer" in r.message and "[7, 0]" in r.message

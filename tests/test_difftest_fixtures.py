@@ -1,0 +1,143 @@
+"""difftest.fixtures and the CLI: fixtures round trip, bad fixtures are one-line errors (exit 2), replay
+reproduces a recorded finding, exit codes."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from difftest import bug_models, check, cli, fixtures, generate, impl_spec
+from difftest.case import Case, RoutingConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+K1 = "difftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
+CASE = Case("routing", RoutingConfig("deepseek_v3", 3, 8, 2, 2, 1, 2.5, bias_dtype="fp32"), "normal", 4)
+
+
+def record(root, case=CASE, impl=bug_models.DEEPSEEK_BIASED_WEIGHTS, ref=K1, status="open"):
+    r = check.run_case(impl, case)
+    expected = impl_spec.expected(case, generate.inputs(case), impl.recipe(case))
+    return fixtures.write(
+        root,
+        case,
+        ref,
+        impl,
+        impl.recipe(case),
+        {"status": r.status, "ratio": r.ratio, "message": r.message},
+        expected,
+        status=status,
+        provenance="K1, vllm-project/vllm PR #12002 (test)",
+    )
+
+
+@pytest.fixture
+def k1(tmp_path):
+    return record(tmp_path / "fixtures")
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "difftest", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_round_trip(k1):
+    fx = fixtures.load(k1)
+    assert fx.case == CASE and fx.impl_ref == K1 and fx.status == "open"
+    assert generate.digest(fx.inputs) == generate.digest(generate.inputs(CASE))
+    assert fx.meta["observed"]["status"] == "fail" and fx.meta["observed"]["ratio"] > 1
+    assert set(fx.meta["packages"]) >= {"python", "numpy"}
+    assert record(k1.parent) == k1  # the same (case, implementation) is not recorded twice
+
+
+def test_replay_reproduces_an_open_finding(k1):
+    rows = cli.replay_fixture(fixtures.load(k1), ["torch", "spec"])
+    assert rows[0][:2] == ("bug:deepseek_biased_weights", "fail")
+    assert ("torch", "pass") in [r[:2] for r in rows] and ("spec", "pass") in [r[:2] for r in rows]
+    assert cli.expectation_met(fixtures.load(k1), rows)
+
+
+def test_fixed_fixture_that_fails_is_not_as_recorded(tmp_path):
+    path = record(tmp_path, status="fixed")
+    fx = fixtures.load(path)
+    assert not cli.expectation_met(fx, cli.replay_fixture(fx, ["torch"]))
+
+
+def test_spec_change_is_flagged(k1):
+    meta = json.loads((k1 / "case.json").read_text())
+    meta["expected"]["sha256"] = "0" * 64
+    (k1 / "case.json").write_text(json.dumps(meta))
+    rows = cli.replay_fixture(fixtures.load(k1), ["torch"])
+    assert rows[0][:2] == ("spec", "spec-changed")
+    assert not cli.expectation_met(fixtures.load(k1), rows)
+
+
+def _edit_json(path, fn):
+    meta = json.loads((path / "case.json").read_text())
+    fn(meta)
+    (path / "case.json").write_text(json.dumps(meta))
+
+
+def _bad_npz(path, arrays):
+    np.savez(path / "inputs.npz", **arrays)
+
+
+BAD = {
+    "bad JSON": (lambda p: (p / "case.json").write_text("{not json"), "not valid JSON"),
+    "schema": (lambda p: _edit_json(p, lambda m: m.update(schema=99)), "unknown schema version 99"),
+    "status": (lambda p: _edit_json(p, lambda m: m.update(status="maybe")), "status 'maybe'"),
+    "id with separator": (lambda p: _edit_json(p, lambda m: m.update(id="../evil")), "no path separators"),
+    "object array": (
+        lambda p: np.savez(p / "inputs.npz", logits=np.array([object()]), bias=np.zeros(8)),
+        "object arrays / pickles are refused",
+    ),
+    "missing array": (lambda p: _bad_npz(p, {"logits": generate.inputs(CASE)["logits"]}), "but expected"),
+    "extra array": (lambda p: _bad_npz(p, {**generate.inputs(CASE), "x": np.zeros(1)}), "but expected"),
+    "wrong shape": (
+        lambda p: _bad_npz(p, {**generate.inputs(CASE), "bias": np.zeros(9, np.float32)}),
+        "bias is float32 \\(9,\\)",
+    ),
+    "wrong dtype": (
+        lambda p: _bad_npz(p, {**generate.inputs(CASE), "bias": np.zeros(8, np.float64)}),
+        "bias is float64",
+    ),
+    "changed bits": (
+        lambda p: _bad_npz(p, {**generate.inputs(CASE), "bias": np.ones(8, np.float32)}),
+        "SHA-256",
+    ),
+    "bad case": (lambda p: _edit_json(p, lambda m: m["case"]["config"].update(top_k=99)), "top_k=99"),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_fixture_is_a_one_line_error(k1, name):
+    corrupt, message = BAD[name]
+    corrupt(k1)
+    with pytest.raises(fixtures.FixtureError, match=message) as e:
+        fixtures.load(k1)
+    assert "\n" not in str(e.value)
+
+
+def test_cli_exit_codes(k1, tmp_path):
+    r = run_cli("replay", str(k1), "--impl", "torch")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "as recorded" in r.stdout and "bug:deepseek_biased_weights" in r.stdout
+    bad = tmp_path / "bad"
+    shutil.copytree(k1, bad / k1.name)
+    (bad / k1.name / "case.json").write_text("[")
+    r = run_cli("replay", str(bad / k1.name))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    r = run_cli("fuzz", "--impl", "no_such_impl")
+    assert r.returncode == 2 and "unknown implementation" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("impls")
+    assert r.returncode == 0 and "torch-cuda" in r.stdout and "unavailable" in r.stdout
+    r = run_cli("show", str(k1))
+    assert (
+        r.returncode == 0
+        and "deepseek_v3" in r.stdout
+        and "now: bug:deepseek_biased_weights fail" in r.stdout
+    )

@@ -1,0 +1,129 @@
+"""difftest.case and difftest.generate: validation, JSON round trip, bit-exact generation, distributions."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from difftest import generate, strategies
+from difftest.case import Case, CaseError, MoEConfig, QuantConfig, RoutingConfig
+
+DS = RoutingConfig("deepseek_v3", 4, 16, 4, 4, 2, 2.5, bias_dtype="fp32")
+
+# SHA-256 of the inputs, pinned: a change means every recorded fixture's inputs changed (generator drift).
+PINNED = [
+    (Case("routing", DS, "glm_bias", 7), "52228431e4796ba7ba755a02fbd64d4f0a7254d8e6519b6624a8709fcdff27cc"),
+    (
+        Case("routing", RoutingConfig("renormalize", 3, 8, 2, logits_dtype="bf16"), "near_ties", 1),
+        "413cdbd6f35b50826fde3cd92be6fbe10a0472498a6007aaecfd22b4f2e88b77",
+    ),
+    (
+        Case("quant", QuantConfig("fp8_group", 2, 256), "pow2_edge", 3),
+        "b236c033cac86aef51d7f362057beb99644d605c21737d2dfba8bd03fb8aef1a",
+    ),
+    (
+        Case("moe", MoEConfig(RoutingConfig("topk", 2, 4, 2), 32, 16), "normal", 5),
+        "ea87bb93862dc87d6885751846a8f4b96e4e0ac03f4022ffde72b9a978848b4f",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "case, sha", PINNED, ids=lambda x: x.op + "-" + x.dist if isinstance(x, Case) else ""
+)
+def test_inputs_digest_pinned(case, sha):
+    assert generate.digest(generate.inputs(case)) == sha
+
+
+def test_expert_weights_digest_pinned_and_independent_of_expert_count():
+    def w(E):
+        return generate.weights(
+            Case("moe", MoEConfig(RoutingConfig("topk", 2, E, 2), 128, 128, quant="fp8_block"), "normal", 5)
+        )
+
+    assert (
+        generate.digest(w(4).expert(3)) == "0b6efcfd1d76897bae21bc73e74c9c56ac2a2fa4a3e6e87dcbad95d7129bf6ed"
+    )
+    assert generate.digest(w(64).expert(3)) == generate.digest(w(4).expert(3))
+    assert generate.digest(w(4).expert(2)) != generate.digest(w(4).expert(3))
+
+
+@given(strategies.cases())
+def test_inputs_are_a_pure_function_of_the_case(case):
+    a, b = generate.inputs(case), generate.inputs(Case.from_json(case.to_json()))
+    assert generate.digest(a) == generate.digest(b)
+
+
+@given(strategies.cases())
+def test_case_json_round_trip(case):
+    assert Case.from_json(case.to_json()) == case
+
+
+def test_normal_is_standardized_and_bounded():
+    z = generate.normal(0, "x", (200_000,))
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
+    assert np.abs(z).max() <= 2 * math.sqrt(3)
+
+
+def test_bf16_rounding_is_round_to_nearest_even():
+    x = np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-8 + 2.0**-20, -1 - 2.0**-8], np.float32)
+    assert generate.round_bf16(x).tolist() == [1.0, 1 + 2.0**-6, 1 + 2.0**-7, -1.0]
+
+
+def test_exact_ties_and_glm_bias_have_ties():
+    ties = generate.inputs(Case("routing", RoutingConfig("sigmoid", 4, 32, 4), "exact_ties", 0))["logits"]
+    assert all(len(np.unique(row)) < 32 for row in ties)
+    glm = generate.inputs(Case("routing", DS, "glm_bias", 0))
+    assert len(np.unique(glm["bias"])) < 16 and np.all(glm["bias"] > 11)
+    s = (1 / (1 + np.exp(-glm["logits"].astype(np.float64)))).astype(np.float32)
+    assert np.all(s + glm["bias"] == glm["bias"][None, :])  # the sigmoid vanishes below the bias' ulp (K5)
+
+
+def test_underflow_rows_are_below_expf_range():
+    x = generate.inputs(Case("routing", RoutingConfig("sigmoid_renorm", 16, 8, 2), "underflow", 2))["logits"]
+    deep = np.all(x < -88.8, axis=1)
+    assert deep.any() and (~deep).any()
+
+
+def test_pow2_edge_group_amax_is_448_or_450_times_power_of_two():
+    x = generate.inputs(Case("quant", QuantConfig("fp8_group", 4, 512), "pow2_edge", 1))["x"]
+    amax = np.abs(x.reshape(4, 4, 128)).max(axis=-1)
+    m, _ = np.frexp(amax.astype(np.float64))  # 448 = 0.875·2^9, 450 = 0.87890625·2^9
+    assert set(np.unique(m).tolist()) <= {0.875, 450 / 512}
+
+
+def test_zero_groups_are_all_zero():
+    x = generate.inputs(Case("quant", QuantConfig("fp8_group", 8, 512), "zero_group", 1))["x"]
+    assert (np.abs(x.reshape(8, 4, 128)).max(axis=-1) == 0).any()
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (RoutingConfig("deepseek_v3", 1, 10, 2, 4, 2), "multiple of n_group"),
+        (RoutingConfig("renormalize", 1, 8, 9), "top_k=9"),
+        (RoutingConfig("renormalize", 1, 8, 2, bias_dtype="fp32"), "correction bias"),
+        (RoutingConfig("llama4", 1, 8, 2), "top-1"),
+        (RoutingConfig("sigmoid", -1, 8, 2), "num_tokens"),
+        (QuantConfig("fp8_group", 2, 200), "multiple of the fp8_group block 128"),
+        (QuantConfig("fp8_group", 2, 256, scale_fmt="ue8m0", layout="col"), "ue8m0"),
+        (MoEConfig(RoutingConfig("topk", 1, 8, 2), 64, 64, local_expert_offset=8), "local_expert_offset"),
+        (MoEConfig(RoutingConfig("topk", 1, 8, 2), 48, 64, quant="mxfp8"), "multiples of 32"),
+    ],
+)
+def test_bad_configs_are_one_line_errors(config, message):
+    op = {RoutingConfig: "routing", QuantConfig: "quant", MoEConfig: "moe"}[type(config)]
+    with pytest.raises(CaseError, match=message) as e:
+        Case(op, config)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_json_fields_are_errors():
+    d = Case("routing", DS).to_dict()
+    with pytest.raises(CaseError, match="unknown fields"):
+        Case.from_dict({**d, "config": {**d["config"], "topk": 3}})
+    with pytest.raises(CaseError, match="must be an integer"):
+        Case.from_dict({**d, "config": {**d["config"], "top_k": 2.5}})
+    with pytest.raises(CaseError, match="unknown routing distribution|is not one of"):
+        generate.inputs(Case("routing", DS, "bogus", 0))
