@@ -1,0 +1,92 @@
+"""The K1-K15 reproduction fixtures (difftest/known_bugs.py, fixtures/): each is in the catalogue, triggers
+its bug's mechanism, fails on its bug model, passes on the spec and torch, is not applicable (with a reason)
+to the implementations that cannot run here, and still holds the spec's current output."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from difftest import check, cli, fixtures, generate, impl_spec, known_bugs
+from difftest.case import Case
+
+ROOT = Path(__file__).resolve().parents[1]
+PREFIX = "difftest.known_bugs:"
+PATHS = [p for p in fixtures.discover(ROOT / "fixtures")
+         if json.loads((p / "case.json").read_text())["impl"]["ref"].startswith(PREFIX)]
+CORRECT = ("spec", "torch")
+MAX_BYTES = 1 << 20
+
+
+def _key(path):
+    return json.loads((path / "case.json").read_text())["provenance"].split(":", 1)[0]
+
+
+def test_every_catalogued_bug_has_its_fixture():
+    recorded = {_key(p): Case.from_dict(json.loads((p / "case.json").read_text())["case"]) for p in PATHS}
+    assert [b.key for b in known_bugs.BUGS] == [f"K{i}" for i in range(1, 16)]
+    assert recorded == {b.key: b.case for b in known_bugs.BUGS}, \
+        "fixtures/ and difftest/known_bugs.py differ: run python tools/make_known_bug_fixtures.py"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=_key)
+def test_fixture_fails_on_its_model_and_passes_on_correct_implementations(path):
+    fx = fixtures.load(path)
+    rows = cli.replay_fixture(fx)
+    outcome = {name: (result, detail) for name, result, detail in rows}
+    model = fx.meta["impl"]["name"]
+    assert fx.status == "open" and outcome[model][0] == "fail", outcome[model]
+    for name in CORRECT:
+        assert outcome[name] == ("pass", ""), f"{name}: {outcome[name]}"
+    for name, (result, detail) in outcome.items():
+        if name not in (model, *CORRECT):
+            assert result == "n/a" and detail, f"{name}: {result} {detail}"
+    assert cli.expectation_met(fx, rows)
+    assert sum(f.stat().st_size for f in path.iterdir()) < MAX_BYTES
+    report = fx.meta["provenance"].splitlines()[1]
+    assert report.startswith("report: ") and "/" in report and "#" in report and "20" in report
+
+
+def test_replay_flags_a_changed_spec(monkeypatch):
+    """A spec whose output for a recorded case changes makes the fixture "NOT as recorded"."""
+    fx = fixtures.load(PATHS[0])
+    real = impl_spec.expected
+
+    def changed(case, inputs, recipe):
+        out = real(case, inputs, recipe)
+        return {k: np.nextafter(v, np.inf) if v.dtype.kind == "f" else v for k, v in out.items()}
+    monkeypatch.setattr(impl_spec, "expected", changed)
+    rows = cli.replay_fixture(fx, list(CORRECT))
+    assert ("spec", "spec-changed") in [r[:2] for r in rows]
+    assert not cli.expectation_met(fx, rows)
+
+
+def _bug(key):
+    return next(b for b in known_bugs.BUGS if b.key == key)
+
+
+def test_k5_trigger_exact_ties_straddle_rank_k_and_the_sigmoid_vanishes():
+    case = _bug("K5").case
+    inputs = generate.inputs(case)
+    r = impl_spec.route(case.config, inputs, None)
+    keys = 1 / (1 + np.exp(-inputs["logits"].astype(np.float32))) + inputs["bias"]
+    assert (r.expert_margin == 0).all()
+    assert (keys == inputs["bias"]).all()
+
+
+def test_k6_model_is_correct_up_to_the_single_cluster_path():
+    case = _bug("K6").case
+    assert case.config.routing.num_tokens == known_bugs.K6_SINGLE_CLUSTER_MAX_TOKENS + 1
+    small = replace(case, config=replace(case.config, routing=replace(
+        case.config.routing, num_tokens=known_bugs.K6_SINGLE_CLUSTER_MAX_TOKENS)))
+    assert check.run_case(known_bugs.K06, small).status == "pass"
+
+
+def test_k14_and_k15_triggers_present():
+    x = generate.inputs(_bug("K14").case)["x"].reshape(4, -1, 128)
+    s = np.abs(x).max(axis=-1) / np.float32(448)
+    assert (np.frexp(s)[0] == 0.5).any()  # some group's scale is an exact power of two
+    x = generate.inputs(_bug("K15").case)["x"].reshape(2, -1, 128)
+    assert (np.abs(x).max(axis=-1) == 0).any()  # an all-zero group
