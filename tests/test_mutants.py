@@ -1,0 +1,119 @@
+"""The mutation self-test (difftest/mutants.py): every seeded bug is found by the tester's own search within a
+fixed budget of generated cases, while the unpatched copy and the equivalent mutants are never flagged.
+Seconds to kill are a benchmark (`python -m difftest mutants`), not asserted here."""
+
+import numpy as np
+import pytest
+
+from difftest import interface, mutants
+from difftest.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.check import run_case
+from difftest.impl_torch import TORCH
+
+KILL_BUDGET = 600  # generated cases per mutant (the CLI default, mutants.MAX_EXAMPLES)
+NO_TIME_LIMIT = float("inf")  # the example budget alone decides, so a loaded machine cannot fail a test
+FAST = ("weights_from_biased_scores", "amax_without_eps", "gate_up_swapped")  # one per op, default suite
+IDENTITY_QUICK_BUDGET = 75  # three chunks: one each of routing, quant, moe
+
+
+def test_patch_must_apply_exactly_once():
+    assert mutants.patch("a = b + c", "b + c", "b - c") == "a = b - c"
+    with pytest.raises(mutants.MutantError, match="0 times"):
+        mutants.patch("a = b + c", "b * c", "b - c")
+    with pytest.raises(mutants.MutantError, match="2 times"):
+        mutants.patch("b + c; b + c", "b + c", "b - c")
+
+
+def test_catalogue_builds_and_is_documented():
+    names = [m.name for m in mutants.CATALOGUE + mutants.EQUIVALENT]
+    assert len(mutants.CATALOGUE) >= 20 and len(set(names)) == len(names)
+    for m in mutants.CATALOGUE + mutants.EQUIVALENT:
+        assert m.old != m.new and m.models and m.doc, m.name
+        assert mutants.build(m.name).name == f"mutant:{m.name}"
+
+
+def test_mutant_reference_resolves_like_a_plugin():
+    impl = interface.load("difftest.mutants:rsf_applied_twice")
+    assert impl is mutants.build("rsf_applied_twice")
+    with pytest.raises(interface.ImplError, match="no attribute"):
+        interface.load("difftest.mutants:no_such_mutant")
+
+
+CASES = [
+    Case(
+        "routing",
+        RoutingConfig(
+            "deepseek_v3", 5, 16, 4, 4, 2, 2.5, True, bias_dtype="fp32", num_fused_shared_experts=1
+        ),
+        "normal",
+        3,
+    ),
+    Case(
+        "quant",
+        QuantConfig("fp8_group", 4, 256, 128, scale_fmt="ue8m0", layout="ue8m0_packed"),
+        "pow2_edge",
+        5,
+    ),
+    Case("moe", MoEConfig(RoutingConfig("renormalize", 6, 8, 2), 256, 128, quant="fp8_block"), "normal", 7),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.op for c in CASES])
+def test_identity_copy_gives_the_same_bits_as_torch(case):
+    """The copy mechanism itself (fresh package + the adapter's own source) changes nothing."""
+    from difftest import generate
+
+    inputs = generate.inputs(case)
+    copy, original = mutants.build("identity").run(case, inputs), TORCH.run(case, inputs)
+    assert set(copy) == set(original)
+    for k in copy:
+        assert np.asarray(copy[k]).tobytes() == np.asarray(original[k]).tobytes(), k
+
+
+def test_a_mutant_changes_what_it_says():
+    case = CASES[0]
+    from difftest import generate
+
+    inputs = generate.inputs(case)
+    twice = mutants.build("rsf_applied_twice").run(case, inputs)["weights"][:, :4]
+    once = TORCH.run(case, inputs)["weights"][:, :4]
+    np.testing.assert_array_equal(twice, once * np.float32(2.5))
+
+
+def _hunt(name, budget, tmp_path=None):
+    return mutants.hunt(
+        name,
+        max_examples=budget,
+        time_budget=NO_TIME_LIMIT,
+        fixtures_root=None if tmp_path is None else tmp_path / "fixtures",
+    )
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_mutant_killed_shrunk_and_recorded(name, tmp_path):
+    k = _hunt(name, KILL_BUDGET, tmp_path)
+    assert k.killed, f"{name} survived {k.examples} cases"
+    assert k.examples <= KILL_BUDGET and k.fixture is not None
+    assert mutants.reproducer_size(k.case)["tokens"] <= 4, k.case  # shrunk, not the first failing draw
+    r = run_case(interface.load(f"difftest.mutants:{name}"), Case.from_dict(k.case))
+    assert r.status in ("fail", "error"), r
+
+
+def test_identity_not_flagged_quick():
+    k = _hunt("identity", IDENTITY_QUICK_BUDGET)
+    assert not k.killed, k.message
+    assert k.examples >= IDENTITY_QUICK_BUDGET
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", [m.name for m in mutants.CATALOGUE])
+def test_every_catalogue_mutant_killed(name):
+    k = _hunt(name, KILL_BUDGET)
+    assert k.killed, f"{name} survived {k.examples} generated cases ({mutants.MUTANTS[name].doc})"
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", ["identity"] + [m.name for m in mutants.EQUIVALENT])
+def test_no_false_positive(name):
+    k = _hunt(name, KILL_BUDGET)
+    assert not k.killed, k.message
