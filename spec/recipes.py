@@ -13,6 +13,8 @@ RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
 SCALE_FORMULAS = ("div448", "mul_rcp448")
 GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")
+MX_RULES = ("ocp", "ceil448")
+ROUTER_WEIGHT_AT = ("gemm2", "combine")
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,9 @@ class Recipe:
     bits inside each 128-wide K block, then promotes to fp32); the intermediate is re-quantized before
     GEMM2 when ``requant_intermediate``. Then ``gemm1_out`` → activation in ``act_compute`` →
     ``act_out`` → GEMM2 with the router weight in its epilogue → ``expert_out`` → weighted sum in
-    ``combine`` → ``out``.
+    ``combine`` → ``out``. MXFP8 scales follow ``mx_rule`` (quant.mxfp8_quant). ``router_weight_at``: "gemm2"
+    multiplies the fp32 GEMM2 accumulator before the ``expert_out`` write (SGLang Triton); "combine"
+    multiplies the stored expert output inside the finalize sum (trtllm-gen).
     """
 
     name: str
@@ -46,6 +50,8 @@ class Recipe:
     requant_intermediate: bool = True
     requant_variant: str = "div"
     requant_scale_formula: str = "div448"
+    mx_rule: str = "ceil448"
+    router_weight_at: str = "gemm2"
     expert_out: str = "bf16"
     combine: str = "fp32"
     out: str = "bf16"
@@ -54,7 +60,8 @@ class Recipe:
         for field, allowed in (("sigmoid", SIGMOIDS), ("renorm_order", RENORM_ORDERS),
                                ("act_quant_variant", QUANT_VARIANTS), ("requant_variant", QUANT_VARIANTS),
                                ("act_scale_formula", SCALE_FORMULAS),
-                               ("requant_scale_formula", SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS)):
+                               ("requant_scale_formula", SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS),
+                               ("mx_rule", MX_RULES), ("router_weight_at", ROUTER_WEIGHT_AT)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
 
@@ -75,14 +82,14 @@ class Recipe:
 # FlashInfer trtllm-gen BF16 (fi §1.1, sem §5.5): fp32 routing with bf16 weights written by the routing
 # kernel, activation fused into GEMM1's fp32 epilogue, bf16 GEMM2 output, fp32 finalize.
 TRTLLM_BF16 = Recipe(name="flashinfer_trtllm_bf16", routing_weights="bf16",
-                     renorm_order="scale_then_divide", gemm1_out="fp32")
+                     renorm_order="scale_then_divide", gemm1_out="fp32", router_weight_at="combine")
 
 # FlashInfer trtllm-gen FP8 block (DeepSeekFp8, fi §1.3, sem §4.3): hidden states quantized by the caller
 # (SGLang's JIT kernel: s = amax·fl(1/448), q = x·fl(448·fl(1/amax))), activation in fp32, intermediate
 # re-quantized 1×128 inside the kernel, bf16 routing weights.
 TRTLLM_FP8_BLOCK = Recipe(name="flashinfer_trtllm_fp8_block", routing_weights="bf16",
                           renorm_order="scale_then_divide", act_quant_variant="mul_rcp_amax",
-                          act_scale_formula="mul_rcp448", gemm1_out="fp32")
+                          act_scale_formula="mul_rcp448", gemm1_out="fp32", router_weight_at="combine")
 
 # FlashInfer mono_moe (SM90a block-FP8 single kernel, fi §1.10): Hopper FP8 tensor-core accumulation.
 MONO_MOE = Recipe(name="flashinfer_mono_moe", gemm_acc="hopper_fp8", gemm1_out="fp32")

@@ -1,0 +1,235 @@
+"""Derived error bounds: implementation vs recipe-exact (hard and probabilistic), recipe-exact vs ideal.
+
+Error analysis: testing_anchors.md §6. Every stage of spec/layer.py carries an ``Err`` shadow next to its
+value: three element-wise bounds, propagated by the rules below in the order the data flows.
+
+* ``hard``  |impl − spec| for any implementation that follows the recipe: same rounding points (RNE), any
+  summation order, accumulation per ``gemm_acc``. A value above it is a bug.
+* ``prob``  the same with the accumulation term γ_n replaced by λ·√n·u (Higham & Mary 2019, λ = 6): steers the
+  search (hypothesis target), never fails a case alone.
+* ``ideal`` |spec − ideal|: the recipe's own quantization and rounding errors, a-priori (u·|v| per rounding),
+  so it also covers implementations that round at the same points with other formulas.
+
+Rounding rule (the heart of the hard bound). If the spec stores r = R(v) and an implementation stores R(v')
+with |v' − v| ≤ δ, monotonicity of RNE gives R(v') ∈ [R(v − δ), R(v + δ)], so |R(v') − r| ≤ max(R(v+δ) − r, r
+− R(v−δ)): zero unless v lies within δ of a rounding midpoint, one ulp there, and more only when δ exceeds an
+ulp. The same rule bounds FP8/FP4 re-quantization flips (one code × scale), with an interval for the scale
+when the group's amax can move.
+"""
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .numerics import FP32, FP64, as_format, round_to
+
+LAMBDA = 6.0
+U32, U64 = FP32.unit_roundoff, FP64.unit_roundoff
+HOPPER_U = 2.0**-13  # Hopper FP8 tensor-core accumulator: ~13 fraction bits, truncating (DeepSeek-V3 §3.3.2)
+HOPPER_BLOCK = 128  # K elements per promotion to fp32
+C_EVAL = 8  # transcendental evaluation in fp32 (expf, erff, tanhf, fast-math divide): within 8 ulps
+# sup |f'| on the real line: silu' ≤ 1.0999 (x ≈ 2.40), gelu' ≤ 1.1290 (x ≈ 1.41), gelu_tanh' ≤ 1.1290.
+LIPSCHITZ = {"silu": 1.1, "gelu": 1.13, "gelu_tanh": 1.13, "identity": 1.0}
+
+
+class Err(NamedTuple):
+    hard: np.ndarray
+    prob: np.ndarray
+    ideal: np.ndarray
+
+
+def zero(shape):
+    return Err(np.zeros(shape), np.zeros(shape), np.zeros(shape))
+
+
+def gamma(n, u):
+    """γ_n = n·u/(1 − n·u) (Higham §3.1); inf once n·u ≥ 1."""
+    return n * u / (1 - n * u) if n * u < 1 else math.inf
+
+
+def accumulation(n, acc, fp8_operands):
+    """(hard, prob) coefficients c with |fl(Σ_k a_k b_k) − Σ_k a_k b_k| ≤ c·Σ_k |a_k b_k|, any summation
+    order. fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). hopper_fp8
+    (FP8 operands only, else fp32): γ_128(2^-13) inside each K block + γ_{n/128+2}(2^-24) across blocks. The
+    spec's own float64 sum adds γ_{n+2}(2^-53)."""
+    own = gamma(n + 2, U64)
+    if acc == "hopper_fp8" and fp8_operands:
+        b, nb = min(n, HOPPER_BLOCK), -(-n // HOPPER_BLOCK)
+        inner, outer = gamma(b, HOPPER_U), gamma(nb + 2, U32)
+        hard, prob = (
+            inner + outer + inner * outer,
+            LAMBDA * (math.sqrt(b) * HOPPER_U + math.sqrt(nb + 2) * U32),
+        )
+    else:
+        u = U64 if acc == "fp64" else U32
+        hard, prob = gamma(n + 2, u), LAMBDA * math.sqrt(n + 2) * u
+    return own + hard, own + min(prob, hard)  # λ√n > n for n < λ²: the hard bound is then the smaller
+
+
+def gemm(a, e, w_abs, acc, fp8_operands):
+    """C = a·Wᵀ, W exact (codes × scales): hard/prob δ·|W|ᵀ + c·(|a| + δ)·|W|ᵀ; ideal δ·|W|ᵀ + c64·|a|·|W|ᵀ.
+    a [M, K] the spec's operand, e its Err, w_abs |W| [N, K]."""
+    n = a.shape[1]
+    m = a.shape[0]
+    hard_c, prob_c = accumulation(n, acc, fp8_operands)
+    own = gamma(n + 2, U64)
+    absa = np.abs(a)
+    prods = np.concatenate([absa, e.hard, e.prob, e.ideal]) @ w_abs.T
+    mag, h, p, i = prods[:m], prods[m : 2 * m], prods[2 * m : 3 * m], prods[3 * m :]
+    return Err(h + hard_c * (mag + h), p + prob_c * (mag + p), i + own * mag)
+
+
+def _interval_rounding(v, r, delta, fmt):
+    """max over v' in [v − δ, v + δ] of |R(v') − r| by monotonicity of R (see module docstring)."""
+    d = delta + 4 * U64 * np.abs(v)  # the spec's own float64 value of v
+    hi = np.abs(round_to(v + d, fmt, saturate=True).astype(np.float64) - r)
+    lo = np.abs(r - round_to(v - d, fmt, saturate=True).astype(np.float64))
+    return np.where(d > 0, np.maximum(hi, lo), 0.0)
+
+
+def rounded(v, r, e, fmt):
+    """r = round_to(v, fmt). hard/prob: the rounding rule; ideal: δ + u·|v| + min_subnormal/2."""
+    f = as_format(fmt)
+    return Err(
+        _interval_rounding(v, r, e.hard, f),
+        _interval_rounding(v, r, e.prob, f),
+        e.ideal + f.unit_roundoff * np.abs(v) + f.min_subnormal / 2,
+    )
+
+
+def product(a, b, ea, eb, u=0.0):
+    """a·b of two inexact operands (b may be a broadcast router weight): |a'b' − ab| ≤ δa·(|b| + δb) + |a|·δb,
+    plus the float64 rounding of the spec's product; an implementation that rounds the product in a working
+    format (unit roundoff u) before the next stored rounding adds u·|ab|·(1 + ...) to hard and prob."""
+    absa, absb = np.abs(a), np.abs(b)
+    rule = lambda da, db, w: da * (absb + db) + absa * db + U64 * absa * absb + w * (absa + da) * (absb + db)
+    return Err(rule(ea.hard, eb.hard, u), rule(ea.prob, eb.prob, u), rule(ea.ideal, eb.ideal, 0.0))
+
+
+def nonlinear(name, x, fx, e):
+    """f(x) before its act_compute rounding. |f(x') − f(x)| ≤ L·δ (LIPSCHITZ; relu2: (2|x| + δ)·δ); an
+    implementation evaluates f within C_EVAL fp32 ulps of |f(x)| + |x| (the |x| covers the cancellation in
+    1 + tanh / 1 + erf for x ≪ 0)."""
+    lip = (lambda d: (2 * np.abs(x) + d) * d) if name == "relu2" else (lambda d: LIPSCHITZ[name] * d)
+    evaluation = C_EVAL * U32 * (np.abs(fx) + np.abs(x))
+    own = 4 * U64 * (np.abs(fx) + np.abs(x))
+    return Err(lip(e.hard) + evaluation, lip(e.prob) + evaluation, lip(e.ideal) + own)
+
+
+def summed(terms_abs, e, m, fmt):
+    """Σ of m terms, computed exactly by the spec and in fmt (any order) by an implementation:
+    + γ_m(u)·(Σ|terms| + δ); prob λ·√m·u; ideal: the spec's float64 sum."""
+    u, own = as_format(fmt).unit_roundoff, gamma(m, U64) * terms_abs
+    return Err(
+        e.hard + own + gamma(m, u) * (terms_abs + e.hard),
+        e.prob + own + min(LAMBDA * math.sqrt(m) * u, gamma(m, u)) * (terms_abs + e.prob),
+        e.ideal + own,
+    )
+
+
+class Quantized(NamedTuple):
+    """A block-quantized operand: values = code value × scale, exactly (float64)."""
+
+    values: np.ndarray  # [M, K] float64
+    scale: np.ndarray  # [M, K] float64: the dequant multiplier of each element
+    fmt: str  # element format ("e4m3fn", "e2m1")
+    groups: tuple  # group sizes along K whose amax sets an element's scale (nvfp4: (16, K))
+    u: float  # a-priori relative error of one element (2·u_fmt where the scale rule saturates)
+    linear_scale: bool  # scale = amax·constant (fp8 1×128), so it moves with amax proportionally
+    fp8: tuple | None  # (codes, DeepSeek 1×128 scales) for block_scaled_gemm, else None
+
+
+def _group_max(x, g):
+    m, k = x.shape
+    return np.repeat(x.reshape(m, k // g, g).max(axis=-1), g, axis=-1)
+
+
+def _requant_rule(v, delta, q):
+    """Bound on |Q'(v') − Q(v)| for |v' − v| ≤ δ. The scale-setting amax of each group lies in [max(|v| − δ),
+    max(|v| + δ)]. If that pins it, the scale is the spec's; a scale linear in amax (fp8 1×128: amax/448)
+    moves within the same ratio (± 8 fp32 ulps for the formula). Then v'/s' lies in an interval whose end
+    codes, by monotone rounding (widened by 8 fp32 ulps for the quantizer's arithmetic), give the reachable
+    decoded values. A power-of-two or e4m3 scale that may move (mxfp8, nvfp4): δ + |v − Q(v)| + |Q'(v') − v'|
+    ≤ δ + |v − Q(v)| + 2·u_fmt·(|v| + δ) + 4·s_hi·min_subnormal, s_hi = max(s, amax_hi/max_fmt)."""
+    f = as_format(q.fmt)
+    absv = np.abs(v)
+    fixed = np.ones(v.shape, bool)
+    s_hi, ratio_lo, ratio_hi = q.scale, np.ones(v.shape), np.ones(v.shape)
+    for g in q.groups:
+        amax = _group_max(absv, g)
+        amax_hi, amax_lo = _group_max(absv + delta, g), _group_max(np.maximum(absv - delta, 0), g)
+        fixed &= (amax_hi <= amax) & (amax_lo >= amax)
+        s_hi = np.maximum(s_hi, amax_hi / f.max)
+        safe = np.where(amax > 0, amax, 1.0)
+        ratio_lo = np.minimum(ratio_lo, np.where(amax > 0, amax_lo / safe, 0.0) * (1 - 8 * U32))
+        ratio_hi = np.maximum(ratio_hi, np.where(amax > 0, amax_hi / safe, np.inf) * (1 + 8 * U32))
+    linear = fixed | q.linear_scale
+    ratio_lo, ratio_hi = np.where(fixed, 1.0, ratio_lo), np.where(fixed, 1.0, ratio_hi)
+    s = np.where(q.scale > 0, q.scale, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ends = [(v + sign * delta) / (s * r) for sign in (-1, 1) for r in (ratio_lo, ratio_hi)]
+        slack = 8 * U32 * (absv + delta) / (s * ratio_lo)
+        t_lo = round_to(np.minimum.reduce(ends) - slack, f, saturate=True).astype(np.float64)
+        t_hi = round_to(np.maximum.reduce(ends) + slack, f, saturate=True).astype(np.float64)
+        low = np.minimum(t_lo * s * ratio_lo, t_lo * s * ratio_hi)
+        high = np.maximum(t_hi * s * ratio_hi, t_hi * s * ratio_lo)
+        interval = np.maximum(high - q.values, q.values - low)
+    moved = delta + np.abs(v - q.values) + 2 * f.unit_roundoff * (absv + delta) + 4 * s_hi * f.min_subnormal
+    bound = np.where(linear, np.where(np.isfinite(interval), interval, moved), moved)
+    return np.where(fixed & (delta == 0), 0.0, bound)
+
+
+def requantized(v, e, q):
+    """v (the spec's pre-quantization value, Err e) -> q.values. hard/prob: _requant_rule; ideal: δ + u·|v| +
+    s·min_subnormal/2 (u = q.u: RNE within a fixed scale, or the saturating OCP MX rule)."""
+    f = as_format(q.fmt)
+    return Err(
+        _requant_rule(v, e.hard, q),
+        _requant_rule(v, e.prob, q),
+        e.ideal + q.u * np.abs(v) + q.scale * f.min_subnormal / 2,
+    )
+
+
+def possible_flips(v, e, q):
+    """Per row: elements whose code can differ in an implementation (hard δ)."""
+    return np.count_nonzero(_requant_rule(v, e.hard, q) > 0, axis=-1)
+
+
+def quantized_input(x, q):
+    """The activation quantization of the given hidden states: identical in spec and implementation (same
+    declared quantizer, same input), hence hard = prob = 0; ideal: u·|x| + s·min_subnormal/2."""
+    z = np.zeros(x.shape)
+    return requantized(x, Err(z, z, z), q)
+
+
+def routing_weights(w, recipe, num_experts, top_k):
+    """Router weights written in recipe.routing_weights after fp32 arithmetic (softmax over E, or sigmoid,
+    then a sum of k, a divide and a scale): relative γ_{E+k+8}(2^-24) vs exact. hard: two implementations ≤ 2γ
+    apart before the write, ≤ one ulp (2u) after it; ideal: γ + u."""
+    u = as_format(recipe.routing_weights).unit_roundoff
+    g = gamma(num_experts + top_k + 8, U32)
+    absw = np.abs(np.asarray(w, np.float64))
+    hard = ((2 * g) * (1 + u) + 2 * u) * absw
+    return Err(hard, hard, (g + u) * absw)
+
+
+def bound_vs_recipe(result, recipe):
+    """(hard [T, H], probabilistic [T, H]) bounds on |implementation out − result.out| for an implementation
+    that declares `recipe`; `result` is moe_layer(..., recipe=recipe) (with the implementation's ids, if
+    exposed)."""
+    _check(result, recipe)
+    return result.errors.hard, result.errors.prob
+
+
+def bound_vs_ideal(result, recipe):
+    """Hard bound [T, H] on |result.out − ideal out| (the ideal recomputed with result.ids)."""
+    _check(result, recipe)
+    return result.errors.ideal
+
+
+def _check(result, recipe):
+    if result.recipe is None or result.errors is None:
+        raise ValueError("bounds need a recipe-exact LayerResult (moe_layer(..., recipe=...)), not the ideal")
+    if result.recipe != recipe:
+        raise ValueError(f"result was computed with recipe {result.recipe.name!r}, not {recipe.name!r}")
