@@ -8,15 +8,18 @@ c = 1 for a correctly rounded sigmoid, bounds.C_EVAL for ``expf``, E + 2 for a s
 sum, divide), plus u_fp32·|s + b| for the bias add; raw-logit keys are exact (δ = 0). Group scores: a top-2
 sum has 2δ + u_fp32·|g|, a max δ. A token whose spec decision margins exceed 2δ must get exactly the spec's
 id set; elsewhere the implementation's ids must be a valid selection within 2δ of the float64 keys, and its
-weights must match the float64 ideal weights at its own ids.
+weights must match the float64 ideal weights at its own ids, within the recipe's relative bound plus the
+absolute allowance of fp32 underflow (``underflow_term``); where the fp32 renormalizing denominator can vanish
+the ideal bounds nothing, and those tokens are held to the recipe at their own ids.
 """
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from spec import bounds
-from spec.numerics import FP32
+from spec.numerics import FP32, as_format
 
 from . import impl_spec
 
@@ -124,25 +127,78 @@ def keys64(config, inputs, recipe):
     return keys, gkeys, delta, gdelta
 
 
-def ideal_weights(config, inputs, ids):
-    """float64 weights of the routed ids [T, k] by the method's formula (spec/routing.py docstrings)."""
+def _ideal_scores(config, inputs, ids):
+    """(s [T, k] float64 scores at the routed ids before any renormalization or rsf, renormalizes?)."""
     x = inputs["logits"].astype(np.float64)
-    method, rsf = config.method, 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
+    method = config.method
     take = lambda a: np.take_along_axis(a, ids, axis=-1)
     if method == "renormalize":
-        return _softmax64(take(x)) * rsf
+        return _softmax64(take(x)), False
     if method == "topk":
-        return take(x) * rsf
+        return take(x), False
     if method in ("llama4", "topk_sigmoid"):
-        return _sigmoid64(take(x)) * rsf
-    w = take(_softmax64(x) if method in SOFTMAX_KEYS else _sigmoid64(x))
+        return _sigmoid64(take(x)), False
+    s = take(_softmax64(x) if method in SOFTMAX_KEYS else _sigmoid64(x))
     renorm = method in ("renormalize_naive", "minimax2") or (
         config.renormalize and method in ("deepseek_v3", "deepseek_v2", "sigmoid_renorm")
     )
+    return s, renorm
+
+
+def ideal_weights(config, inputs, ids):
+    """float64 weights of the routed ids [T, k] by the method's formula (spec/routing.py docstrings)."""
+    rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
+    s, renorm = _ideal_scores(config, inputs, ids)
     if renorm:
         with np.errstate(invalid="ignore", divide="ignore"):
-            w = w / (w.sum(axis=-1, keepdims=True) + config.eps)
-    return w * rsf
+            s = s / (s.sum(axis=-1, keepdims=True) + config.eps)
+    return s * rsf
+
+
+def underflow_term(config, inputs, ids, recipe):
+    """(absolute allowance [T, k], degenerate [T]) of fp32 routing weights vs the float64 ideal, for results
+    that land below the fp32 min normal, where the relative bound of bounds.routing_weights says nothing.
+
+    Model: a correctly rounded fp32 operation gives fl(v) = v(1 + δ) + η, |δ| ≤ u, |η| ≤ η₀ = 2^-150 (half the
+    subnormal spacing 2^-149), η ≠ 0 only when the result is subnormal; additions are exact there (η = 0). So:
+    * a score s̃ = s(1 + δ) + e carries |e| ≤ η_s: sigmoid "exact" one rounding, η_s = η₀; softmax exp then a
+      divide by Σ ≥ 1 (the row maximum's term is 1), η_s = 2η₀; sigmoid "expf" flushes σ(x) to 0 wherever
+      expf(−x) overflows (x < −88.72, σ < 2.9e-39), so η_s = 2^-127 (> σ(−88.72) + η₀); raw logits η_s = 0.
+    * w = s·rsf: |e|·rsf + η₀ (the multiply).
+    * w = s_i/(Σ_j s_j + eps)·rsf over k ids, D = Σ s + eps (ideal): the perturbed quotient
+      rsf·(s_i + e_i)/(D' + Σ e_j), D' ≥ D(1 − γ) the relatively perturbed sum (γ of bounds.routing_weights),
+      differs from rsf·s_i/D' by rsf·|e_i·D' − s_i·Σ e_j|/(D'·(D' + Σ e_j)) ≤ (rsf·η_s + w_i·k·η_s)/(D(1 − γ)
+      − k·η_s), the relative parts covered by γ (times 1 + γ for their cross terms); then the divide and
+      the rsf multiply add η₀ each, rsf·η₀ and η₀ (scale_then_divide: its multiply's η₀ is divided by the
+      denominator, added to the numerator term instead).
+    * the write in recipe.routing_weights: half its subnormal spacing.
+    Where D(1 − γ) ≤ k·η_s the fp32 denominator may be 0 (eps = 0: 0/0 = NaN) or any tiny value: the weights
+    are not bounded by the ideal at all (anything in [0, rsf], or NaN); those tokens are `degenerate` and are
+    held to the recipe at their own ids instead."""
+    recipe = recipe or impl_spec.DEFAULT
+    eta = FP32.min_subnormal / 2
+    rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
+    method, k = config.method, ids.shape[1]
+    if method == "topk":
+        eta_s = 0.0
+    elif method in SOFTMAX_KEYS or method == "renormalize":
+        eta_s = 2 * eta
+    else:
+        eta_s = eta if recipe.sigmoid == "exact" else 2.0**-127
+    write = as_format(recipe.routing_weights).min_subnormal / 2
+    s, renorm = _ideal_scores(config, inputs, ids)
+    T = s.shape[0]
+    if not renorm:
+        return np.full(s.shape, rsf * eta_s + eta + write), np.zeros(T, bool)
+    g = bounds.gamma(config.num_experts + k + 8, U32)
+    D = s.sum(axis=-1, keepdims=True) + config.eps
+    den = D * (1 - g) - k * eta_s
+    degenerate = ~(den[:, 0] > 0)
+    w = rsf * s / np.where(D > 0, D, 1.0)
+    numerator = rsf * eta_s + (eta if recipe.renorm_order == "scale_then_divide" else 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        term = (1 + g) * (numerator + w * k * eta_s) / den + (rsf + 1) * eta + write
+    return np.where(degenerate[:, None], np.inf, term), degenerate
 
 
 def weight_bound(config, recipe, w, vs_ideal=False):
@@ -223,16 +279,35 @@ def compare_routing(case, inputs, out, recipe, tag):
     verdicts = [v, elementwise("weights(by id)", w_i, w_s, weight_bound(c, recipe, w_s), tag)]
     differ = np.flatnonzero(~same)
     if differ.size:  # near ties decided differently: weights against the float64 ideal at the own ids
-        ideal = ideal_weights(c, {"logits": inputs["logits"][differ]}, ids[differ, :k].astype(np.int64))
+        own = ids[differ, :k].astype(np.int64)
+        sub = {"logits": inputs["logits"][differ]}
+        ideal = ideal_weights(c, sub, own)
+        absolute, degenerate = underflow_term(c, sub, own, recipe)
+        sane = ~degenerate[:, None]
         verdicts.append(
             elementwise(
                 f"weights(near-tie tokens {differ.tolist()[:4]}, vs ideal at own ids)",
-                w[differ, :k],
-                ideal,
-                weight_bound(c, recipe, ideal, vs_ideal=True),
+                np.where(sane, w[differ, :k], 0),
+                np.where(sane, ideal, 0),
+                np.where(sane, weight_bound(c, recipe, ideal, vs_ideal=True) + absolute, 0),
                 tag,
             )
         )
+        if degenerate.any():  # the fp32 denominator may vanish: held to the recipe at the own ids
+            t = differ[degenerate]
+            sub = {**inputs, "logits": inputs["logits"][t]}
+            at_own = impl_spec.route(ungrouped(c), sub, recipe, ids=own[degenerate])
+            want = at_own.weights[:, :k]
+            ulp = as_format((recipe or impl_spec.DEFAULT).routing_weights).min_subnormal
+            verdicts.append(
+                elementwise(
+                    f"weights(degenerate near-tie tokens {t.tolist()[:4]}, vs recipe at own ids)",
+                    w[t, :k],
+                    want,
+                    weight_bound(c, recipe, want) + ulp,
+                    tag,
+                )
+            )
     if S:
         shared_ids = c.num_experts + np.arange(S)
         if not (ids[:, k:] == shared_ids).all():
@@ -344,7 +419,18 @@ def layer_at(case, inputs, recipe, ids):
     k = ids.shape[1]
     if (np.sort(own.ids[:, :k], axis=1) == np.sort(ids, axis=1)).all():
         return own
-    return impl_spec.layer(case, inputs, recipe, ids=ids)
+    forced = replace(case, config=replace(case.config, routing=ungrouped(case.config.routing)))
+    return impl_spec.layer(forced, inputs, recipe, ids=ids)
+
+
+def ungrouped(config):
+    """The routing config for a recomputation at forced ids. spec deepseek_v2 gathers forced ids from its
+    group-masked q (group_mask_value outside the spec's own kept groups), so ids in a tied group the spec did
+    not keep would weigh -inf; its formula at valid ids is p[ids], which n_group = 1 gives exactly. Other
+    methods gather unmasked scores."""
+    if config.method != "deepseek_v2" or config.n_group == 1:
+        return config
+    return replace(config, n_group=1, topk_group=1)
 
 
 COMPARE = {"routing": compare_routing, "quant": compare_quant, "moe": compare_moe}

@@ -112,9 +112,10 @@ def logits(seed, dist, T, E, n_group=1):
         return base * (1.0 + integers(seed, "steps", (T, E), 4) * 2.0**-22)
     if dist == "all_negative":
         return -(np.abs(z) * 2.0 + 4.0)
-    if dist == "underflow":  # rows below -88: every expf-sigmoid underflows to 0 (renorm 0/0)
-        rows = integers(seed, "rows", (T, 1), 2) == 1
-        return np.where(rows, -100.0 - 20.0 * uniform(seed, "deep", (T, E)), z)
+    if dist == "underflow":  # rows below -88: every expf-sigmoid underflows to 0 (renorm: 0/0 or 0/eps)
+        rows = integers(seed, "rows", (T, 1), 3)  # 0: normal; 1: fp32-exact sigmoids subnormal or 0; 2: all 0
+        deep = uniform(seed, "deep", (T, E))
+        return np.where(rows == 1, -100.0 - 20.0 * deep, np.where(rows == 2, -104.0 - 16.0 * deep, z))
     if dist == "zero_group":  # one whole group (or block of E/2) of equal zero logits per row
         G = max(n_group, 2) if E % max(n_group, 2) == 0 else 1
         g = integers(seed, "group", (T, 1), G)
@@ -154,9 +155,15 @@ def quant_input(seed, dist, T, H, group):
         return np.where(g == 0, 0.0, z)
     if dist == "tiny_groups":
         return np.where(g == 0, z * 1e-9 / 8, z)
-    if dist == "pow2_edge":  # group amax at 448·2^k or one bf16 ulp above: ue8m0 ceil edge (K14)
+    if dist == "pow2_edge":  # ue8m0 ceil edge (K14): group amax at 448·2^k, one fp32 or one bf16 ulp above
         k = (integers(seed, "k", (T, G), 25) - 20).repeat(group, axis=1)
         amax = np.ldexp(np.where(g < 2, 448.0, 450.0), k)
+        # half the 448·2^k groups one fp32 ulp above (the ulp is 2^(k-15)), so fp32 amax/448 and
+        # amax·fl(1/448) are 2^k + 1 ulp, where a float log2 rounds to k (k >= 4 or k <= -5). bf16 and fp16
+        # inputs round this back to 448·2^k: no bf16 or fp16 amax puts either scale formula one ulp above a
+        # power of two (checked over every finite value), so they keep the 448 / 450 edges only.
+        up = (integers(seed, "ulp", (T, G), 2) == 1).repeat(group, axis=1)
+        amax = np.where((g < 2) & up, amax + np.ldexp(1.0, k - 15), amax)
         x = np.clip(z / 8.0, -0.9, 0.9) * amax
         first = (np.arange(H) % group == 0)[None, :]
         return np.where(first, amax, x)

@@ -9,7 +9,9 @@ file's own source, run with the copy bound to ``te``), as the implementation "mu
 named by reference, ``difftest.mutants:<name>``, so a fixture recorded from one replays like any plug-in.
 
 ``hunt`` fuzzes the ops that reach the mutated module round-robin, in chunks of Hypothesis examples (each
-chunk its own seed, as `difftest fuzz` does), with no example database, until the first finding or the
+chunk its own seed and one slice of its op, per method / scheme / quant path, as `difftest fuzz` does; a
+chunk of the slow layer is cut to about TURN_S seconds), with no example database, until the first finding or
+the
 example / time budget; the finding is shrunk as in any campaign. ``EQUIVALENT`` mutants change behaviour
 only where the comparison allows any choice (exact ties), so the tester must NOT flag them.
 """
@@ -28,7 +30,7 @@ from typing import NamedTuple
 from hypothesis import settings
 
 from . import campaign, generate, strategies
-from .case import OPS, Case
+from .case import OPS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, Case
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_EAGER = ROOT / "impls" / "torch_eager"
@@ -41,7 +43,14 @@ MODULE_OPS = {
     None: OPS,
 }  # the ops whose torch code path runs the module; None: identity
 FOCUS_KEYWORDS = {"routing": ("method",), "quant": ("scheme",), "moe": ("method", "activation", "quant")}
-CHUNK = 25  # examples per Hypothesis run; the ops of a mutant alternate chunk by chunk
+SLICE_KEYWORDS = {
+    "routing": ("method", ROUTING_METHODS),
+    "quant": ("scheme", QUANT_SCHEMES),
+    "moe": ("quant", QUANT_PATHS),
+}  # the keyword campaign.slices splits each op by
+CHUNK = 25  # examples per Hypothesis run at most; the ops of a mutant alternate chunk by chunk
+TURN_S = 1.0  # a chunk of a slow op (the layer) is cut to about this many seconds, so it does not starve
+SECONDS_PER_EXAMPLE = {"routing": 0.01, "quant": 0.01, "moe": 0.2}  # until measured in the hunt
 MAX_EXAMPLES = 600
 TIME_BUDGET_S = 120.0
 
@@ -415,13 +424,29 @@ def focused(op, focus):
     return strategies.CONFIG_STRATEGIES[op](**kwargs) if kwargs else None
 
 
+def slices(op, focus=()):
+    """[(label, configs strategy)] of `op`, as the CLI's campaign.slices (routing per method, quant per
+    scheme, moe per quant path) within the focus: a method, scheme or path the focus fixes is one slice."""
+    kwargs = {k: v for k, v in focus if k in FOCUS_KEYWORDS[op]}
+    keyword, values = SLICE_KEYWORDS[op]
+    if keyword in kwargs:
+        return [(kwargs[keyword], strategies.CONFIG_STRATEGIES[op](**kwargs))]
+    return [(v, strategies.CONFIG_STRATEGIES[op](**kwargs, **{keyword: v})) for v in values]
+
+
+def plan(mutant):
+    """The chunk order of a hunt: [(op, slice label, configs)], ops alternating, each op's slices in turn."""
+    per_op = {op: slices(op, mutant.focus) for op in MODULE_OPS[mutant.module]}
+    n = max(len(v) for v in per_op.values())
+    return [(op, *per_op[op][j % len(per_op[op])]) for j in range(n) for op in per_op]
+
+
 def hunt(
     name, *, max_examples=MAX_EXAMPLES, time_budget=TIME_BUDGET_S, seed=0, chunk=CHUNK, fixtures_root=None
 ):
     """Fuzz mutant `name` on the ops reaching its module, chunk by chunk, until a finding or a budget ends."""
     impl = build(name)
     mutant = MUTANTS[name]
-    ops = MODULE_OPS[mutant.module]
     state = {"n": 0, "first": None, "last_case": None}
     t0 = time.perf_counter()
 
@@ -432,10 +457,13 @@ def hunt(
             if state["first"] is None:
                 state["first"] = (state["n"], time.perf_counter() - t0)
 
+    chunks = plan(mutant)
+    per_example = dict(SECONDS_PER_EXAMPLE)
     generated, i = 0, 0
     while generated < max_examples and time.perf_counter() - t0 < time_budget:
-        op = ops[i % len(ops)]
-        n = min(chunk, max_examples - generated)
+        op, _, configs = chunks[i % len(chunks)]
+        n = min(chunk, max(2, int(TURN_S / per_example[op])), max_examples - generated)
+        t_chunk = time.perf_counter()
         # no example database: a mutant must be found by search, never by replaying an earlier failure
         chunk_settings = settings(campaign.cli_settings(n), database=None)
         res = campaign.fuzz_cell(
@@ -443,7 +471,7 @@ def hunt(
             f"difftest.mutants:{name}",
             op,
             hypothesis_settings=chunk_settings,
-            configs=focused(op, mutant.focus),
+            configs=configs,
             record=record,
             fixtures_root=fixtures_root,
             run_seed=seed * 1_000_003 + i,
@@ -463,6 +491,7 @@ def hunt(
                 res.fixture,
             )
         generated += res.examples
+        per_example[op] = (time.perf_counter() - t_chunk) / max(1, res.examples)
         i += 1
     return Kill(
         name, False, None, generated, time.perf_counter() - t0, time.perf_counter() - t0, None, None, None

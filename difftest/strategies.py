@@ -35,6 +35,12 @@ MAX_INTERMEDIATE = int(os.environ.get("DIFFTEST_MAX_INTERMEDIATE", "384"))
 MOE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MAX_TOKENS", "8"))
 MOE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MAX_EXPERTS", "8"))
 MOE_MAX_SIZE = int(os.environ.get("DIFFTEST_MOE_MAX_SIZE", "128"))
+# Quantized layers wider than one 128 block (multi-block scale reads, per-block accumulation order): drawn in
+# one quantized case of MOE_WIDE_ODDS, with at most MOE_WIDE_MAX_TOKENS tokens and _EXPERTS experts.
+MOE_WIDE_SIZE = int(os.environ.get("DIFFTEST_MOE_WIDE_SIZE", "256"))
+MOE_WIDE_ODDS = int(os.environ.get("DIFFTEST_MOE_WIDE_ODDS", "6"))
+MOE_WIDE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_TOKENS", "6"))
+MOE_WIDE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_EXPERTS", "4"))
 TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)  # TMA row padding, warp/tile widths, routing kernel thresholds
 MAX_SEED = 2**32 - 1
 
@@ -138,12 +144,16 @@ def _sizes(quant, top):
 
 @st.composite
 def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None, max_tokens=None):
+    """MoE layers of at most MOE_MAX_SIZE hidden / intermediate; a quantized one in MOE_WIDE_ODDS is wide
+    (up to MOE_WIDE_SIZE: several K blocks) with few tokens and experts, so that it stays cheap."""
     quant = quant or draw(st.sampled_from(QUANT_PATHS), label="quant")
-    routing = draw(
-        routing_configs(
-            method, num_tokens(max_tokens or MOE_MAX_TOKENS), max_experts or MOE_MAX_EXPERTS, shared=False
-        )
-    )
+    wide = quant != "bf16" and MOE_WIDE_SIZE > MOE_MAX_SIZE and draw(
+        st.integers(0, MOE_WIDE_ODDS - 1), label="wide") == MOE_WIDE_ODDS - 1
+    tokens, experts = max_tokens or MOE_MAX_TOKENS, max_experts or MOE_MAX_EXPERTS
+    if wide:
+        tokens, experts = min(tokens, MOE_WIDE_MAX_TOKENS), min(experts, MOE_WIDE_MAX_EXPERTS)
+    size = MOE_WIDE_SIZE if wide else MOE_MAX_SIZE
+    routing = draw(routing_configs(method, num_tokens(tokens), experts, shared=False))
     E = routing.num_experts
     offset, local = 0, None
     if E > 1 and draw(st.booleans(), label="expert_parallel"):
@@ -151,8 +161,8 @@ def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None
         offset = draw(st.integers(0, E - local), label="local_expert_offset")
     return MoEConfig(
         routing=routing,
-        hidden_size=draw(_sizes(quant, min(MAX_HIDDEN, MOE_MAX_SIZE)), label="hidden_size"),
-        intermediate_size=draw(_sizes(quant, min(MAX_INTERMEDIATE, MOE_MAX_SIZE)), label="intermediate_size"),
+        hidden_size=draw(_sizes(quant, min(MAX_HIDDEN, size)), label="hidden_size"),
+        intermediate_size=draw(_sizes(quant, min(MAX_INTERMEDIATE, size)), label="intermediate_size"),
         activation=activation or draw(st.sampled_from(ACTIVATIONS), label="activation"),
         half_order=draw(st.sampled_from(["gate_up", "up_gate"]), label="half_order"),
         quant=quant,

@@ -176,3 +176,42 @@ def test_poisoned_output_buffer_left_unwritten_fails():
     assert check.run_case(into(False), case).status == "pass"
     r = check.run_case(into(True), case)
     assert r.status == "fail" and "NaN-poisoned buffer" in r.message and "[7, 0]" in r.message
+
+
+UNDERFLOW = [  # (config, seed of a near tie)
+    (RoutingConfig("sigmoid_renorm", 1, 31, 1, renormalize=False), 16),  # subnormal weights, ~4 % apart
+    (RoutingConfig("sigmoid_renorm", 8, 2, 1, renormalize=True), 0),  # every selected sigmoid 0 in fp32: 0/0
+    (RoutingConfig("sigmoid_renorm", 8, 4, 2, renormalize=True, eps=1e-20), 0),
+    (RoutingConfig("sigmoid", 8, 31, 3, routed_scaling_factor=2.5), 0),
+]
+
+
+@pytest.mark.parametrize("cfg, seed", UNDERFLOW, ids=["subnormal", "all-zero-0/0", "eps", "sigmoid-rsf"])
+def test_underflowing_ties_broken_the_other_way_pass(cfg, seed):
+    """fp32 subnormal and flushed sigmoids (x < -88) tie in fp32 but not in float64: the other valid choice
+    passes, its weights within the underflow allowance of the ideal, or held to the recipe where 0/0."""
+    r = check.run_case(impl(_reversed_ties), Case("routing", cfg, "underflow", seed))
+    assert r.status == "pass", r.message
+    assert r.near_ties > 0
+
+
+def test_underflow_allowance_is_absolute_and_small():
+    cfg = UNDERFLOW[0][0]
+    ids = np.array([[30]])
+    logits = np.full((1, 31), -101.0, np.float32)
+    term, degenerate = compare.underflow_term(cfg, {"logits": logits}, ids, None)
+    assert not degenerate.any() and term.shape == (1, 1)
+    assert 2.0**-150 < term[0, 0] < 2.0**-147  # a few halves of the subnormal spacing, nothing relative
+    renorm = RoutingConfig("sigmoid_renorm", 1, 31, 2, renormalize=True)
+    _, degenerate = compare.underflow_term(renorm, {"logits": logits - 10}, np.array([[0, 1]]), None)
+    assert degenerate.all()  # σ(-111) ≈ 6e-49 < 2^-150: the fp32 denominator is 0
+
+
+def test_wrong_weights_at_underflowing_near_ties_still_fail():
+    def doubled(case, inputs):
+        out = _reversed_ties(case, inputs)
+        return {"ids": out["ids"], "weights": out["weights"] * np.float32(2)}
+
+    cfg, seed = UNDERFLOW[0]
+    r = check.run_case(impl(doubled), Case("routing", cfg, "underflow", seed))
+    assert r.status == "fail" and "vs ideal at own ids" in r.message, r.message

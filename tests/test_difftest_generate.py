@@ -93,6 +93,18 @@ def test_pow2_edge_group_amax_is_448_or_450_times_power_of_two():
     assert set(np.unique(m).tolist()) <= {0.875, 450 / 512}
 
 
+@pytest.mark.parametrize("formula", ["div448", "mul_rcp448"])
+def test_pow2_edge_fp32_scale_lands_one_ulp_above_a_power_of_two(formula):
+    """K14: float log2 of an fp32 scale one ulp above 2^k (k >= 4 or k <= -5) rounds to k: the ceil misses."""
+    from spec.quant import FP8_MAX, RCP448, ue8m0_ceil, ue8m0_ceil_log2
+
+    case = Case("quant", QuantConfig("fp8_group", 8, 512, input_dtype="fp32"), "pow2_edge", 1)
+    x = generate.inputs(case)["x"]
+    amax = np.abs(x.reshape(8, 4, 128)).max(axis=-1)
+    s = amax / FP8_MAX if formula == "div448" else amax * RCP448
+    assert (ue8m0_ceil(s) != ue8m0_ceil_log2(s)).any()
+
+
 def test_zero_groups_are_all_zero():
     x = generate.inputs(Case("quant", QuantConfig("fp8_group", 8, 512), "zero_group", 1))["x"]
     assert (np.abs(x.reshape(8, 4, 128)).max(axis=-1) == 0).any()
@@ -127,3 +139,22 @@ def test_bad_json_fields_are_errors():
         Case.from_dict({**d, "config": {**d["config"], "top_k": 2.5}})
     with pytest.raises(CaseError, match="unknown routing distribution|is not one of"):
         generate.inputs(Case("routing", DS, "bogus", 0))
+
+
+def test_quantized_layers_are_sometimes_wider_than_one_block_but_small():
+    """fp8_block scales and the per-block accumulation order need K > 128; wide layers keep T, E small."""
+    from hypothesis import find, settings
+    from hypothesis.errors import NoSuchExample
+
+    wide = find(
+        strategies.moe_configs(quant="fp8_block"),
+        lambda c: c.hidden_size > 128 and c.intermediate_size > 128,
+        settings=settings(max_examples=2000, database=None),
+    )
+    assert wide.hidden_size <= strategies.MOE_WIDE_SIZE
+    with pytest.raises(NoSuchExample):
+        find(strategies.moe_configs(quant="fp8_block"),
+             lambda c: max(c.hidden_size, c.intermediate_size) > 128
+             and (c.routing.num_tokens > strategies.MOE_WIDE_MAX_TOKENS
+                  or c.routing.num_experts > strategies.MOE_WIDE_MAX_EXPERTS),
+             settings=settings(max_examples=300, database=None))
