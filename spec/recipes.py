@@ -8,13 +8,15 @@ implementation's precision. Format names are those of spec/numerics.py ("fp64", 
 
 from dataclasses import asdict, dataclass, replace
 
-SIGMOIDS = ("exact", "expf")
+SIGMOIDS = ("exact", "expf", "tanh")
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
-QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
+QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")  # spec/quant.py per_token_group_quant_fp8
+ACT_QUANT_VARIANTS = (*QUANT_VARIANTS, "mul_448_div_amax")  # + mono_moe's, in spec/layer.py
+REQUANT_GROUPS = (64, 128)
 SCALE_FORMULAS = ("div448", "mul_rcp448")
 GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")
 MX_RULES = ("ocp", "ceil448")
-ROUTER_WEIGHT_AT = ("gemm2", "combine")
+ROUTER_WEIGHT_AT = ("gemm2", "combine", "before_requant")
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,8 @@ class Recipe:
     Routing: logits are materialized in ``logits``; the correction bias is read as ``bias``; the
     sigmoid is ``exact`` (fp32 rounding of the true value) or ``expf`` (``1/(1+fl(exp(-x)))`` in fp32,
     which underflows to 0 below x ≈ -88.7); weights are written in ``routing_weights``;
-    ``renorm_order`` is ``w/(Σ+eps)·rsf`` or ``w·rsf/(Σ+eps)`` (trtllm-gen).
+    ``renorm_order`` is ``w/(Σ+eps)·rsf`` or ``w·rsf/(Σ+eps)`` (trtllm-gen). Sigmoid ``tanh`` is ``0.5·tanhf(0.5x) + 0.5``
+    (fused_topk_deepseek) with tanhf correctly rounded; it is exactly 0 below x ≈ -18.02 (tanhf = -1).
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
     ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8`` keeps about 14 significant
     bits inside each 128-wide K block, then promotes to fp32); the intermediate is re-quantized before
@@ -32,7 +35,10 @@ class Recipe:
     ``act_out`` → GEMM2 with the router weight in its epilogue → ``expert_out`` → weighted sum in
     ``combine`` → ``out``. MXFP8 scales follow ``mx_rule`` (quant.mxfp8_quant). ``router_weight_at``: "gemm2"
     multiplies the fp32 GEMM2 accumulator before the ``expert_out`` write (SGLang Triton); "combine"
-    multiplies the stored expert output inside the finalize sum (trtllm-gen).
+    multiplies the stored expert output inside the finalize sum (trtllm-gen); "before_requant" multiplies
+    the activation output (in ``act_out``) before the re-quantization (mono_moe). ``requant_group``: columns
+    per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
+    ``mul_448_div_amax`` (mono_moe): NaN → 0, q = e4m3_satfinite(x·fl(448/amax)), eps 1e-10.
     """
 
     name: str
@@ -50,6 +56,7 @@ class Recipe:
     requant_intermediate: bool = True
     requant_variant: str = "div"
     requant_scale_formula: str = "div448"
+    requant_group: int = 128
     mx_rule: str = "ceil448"
     router_weight_at: str = "gemm2"
     expert_out: str = "bf16"
@@ -58,7 +65,8 @@ class Recipe:
 
     def __post_init__(self):
         for field, allowed in (("sigmoid", SIGMOIDS), ("renorm_order", RENORM_ORDERS),
-                               ("act_quant_variant", QUANT_VARIANTS), ("requant_variant", QUANT_VARIANTS),
+                               ("act_quant_variant", ACT_QUANT_VARIANTS), ("requant_variant", ACT_QUANT_VARIANTS),
+                               ("requant_group", REQUANT_GROUPS),
                                ("act_scale_formula", SCALE_FORMULAS),
                                ("requant_scale_formula", SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS),
                                ("mx_rule", MX_RULES), ("router_weight_at", ROUTER_WEIGHT_AT)):
@@ -91,8 +99,23 @@ TRTLLM_FP8_BLOCK = Recipe(name="flashinfer_trtllm_fp8_block", routing_weights="b
                           renorm_order="scale_then_divide", act_quant_variant="mul_rcp_amax",
                           act_scale_formula="mul_rcp448", gemm1_out="fp32", router_weight_at="combine")
 
-# FlashInfer mono_moe (SM90a block-FP8 single kernel, fi §1.10): Hopper FP8 tensor-core accumulation.
-MONO_MOE = Recipe(name="flashinfer_mono_moe", gemm_acc="hopper_fp8", gemm1_out="fp32")
+# FlashInfer mono_moe (SM90a block-FP8 single kernel, fi §1.10; impls/flashinfer/mono_moe.py RECIPE_FIELDS, read
+# in the 0.7.2.post1 sources): bf16 logits, __expf sigmoid, weights times fl(1/Σ); quantizer x·(448/amax),
+# s = amax·fl(1/448); fp32 GEMM1 output and activation; router weight before the 1×64 re-quantization;
+# Hopper FP8 accumulation; fp32 expert outputs summed by fp32 atomicAdd, one bf16 write.
+# Not stated: its divisions are w·fl(1/Σ) (≤ 1 ulp from w/Σ, inside bounds.routing_weights) and __expf is
+# ex2.approx (2 + 1.16|x| ulps, inside bounds.C_EVAL for |x| ≤ 5; routing-weight bound γ_{E+k+8} covers more).
+MONO_MOE = Recipe(name="flashinfer_mono_moe", logits="bf16", sigmoid="expf",
+                  act_quant_variant="mul_448_div_amax", act_scale_formula="mul_rcp448", gemm_acc="hopper_fp8",
+                  gemm1_out="fp32", act_out="fp32", requant_group=64, requant_variant="mul_448_div_amax",
+                  requant_scale_formula="mul_rcp448", router_weight_at="before_requant", expert_out="fp32")
+
+# FlashInfer fused_topk_deepseek (fi §1.8, noAuxTcKernels.cu): s = 0.5·tanhf(0.5x) + 0.5, fp32 keys and bias,
+# w = (s·rsf)/(Σs + 1e-20) in double, rounded once to the logits' dtype (fp32 here; the _bf16 row for bf16
+# logits). Routing only: the layer fields keep their defaults.
+FUSED_TOPK_DEEPSEEK = Recipe(name="flashinfer_fused_topk_deepseek", sigmoid="tanh", renorm_order="scale_then_divide")
+FUSED_TOPK_DEEPSEEK_BF16 = FUSED_TOPK_DEEPSEEK.but(name="flashinfer_fused_topk_deepseek_bf16", logits="bf16",
+                                                   routing_weights="bf16")
 
 # SGLang Triton FP8 block path (sem §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
 # bf16 intermediate caches, router weight in GEMM2's fp32 epilogue, fp32 moe_sum_reduce.
@@ -100,4 +123,15 @@ SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_varia
                                  act_scale_formula="mul_rcp448", gemm_acc="hopper_fp8",
                                  requant_variant="mul_rcp_amax", requant_scale_formula="mul_rcp448")
 
-NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, SGLANG_TRITON_FP8_BLOCK)}
+# The project's torch eager implementation (impls/torch_eager/recipe.py declares the same, per quant path;
+# tests/test_recipes.py holds the two equal): exact fp32 sigmoid, bf16 GEMM1/activation/expert stores, the
+# intermediate re-quantized 1×128 (1×32, 1×16 for mxfp8, nvfp4) from its bf16 value, router weight on GEMM2's
+# fp32 output, fp32 combine.
+TORCH_EAGER_FP8_BLOCK = Recipe(name="torch_eager_fp8_block")
+TORCH_EAGER_BF16 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_bf16", requant_intermediate=False)
+TORCH_EAGER_MXFP8 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_mxfp8")
+TORCH_EAGER_NVFP4 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_nvfp4")
+
+NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK_DEEPSEEK, FUSED_TOPK_DEEPSEEK_BF16,
+                              SGLANG_TRITON_FP8_BLOCK, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
+                              TORCH_EAGER_NVFP4)}

@@ -11,7 +11,7 @@ divisions. ``ideal=True`` evaluates the same formulas in float64 with no roundin
 the recipe's rounding choices (``bias_dtype``, ``sigmoid``, ``weights_dtype``, ``renorm_order``) do not
 apply there. Sigmoid ``"exact"`` is the float64 value rounded once to fp32, hence 0 below
 x = -150 ln 2 ≈ -103.97; ``"expf"`` is 1/(1 + fl(exp(-x))) in fp32, which is 0 once exp(-x) overflows,
-below x ≈ -88.72. When every selected sigmoid is 0 the renormalizing eps decides: 0/(0 + 0) = NaN,
+below x ≈ -88.72; ``"tanh"`` is 0.5·fl(tanh(0.5x)) + 0.5 in fp32 (fused_topk_deepseek), 0 below x ≈ -18.02. When every selected sigmoid is 0 the renormalizing eps decides: 0/(0 + 0) = NaN,
 0/(0 + 1e-20) = 0.
 
 Ties. Selection is a stable sort on -key: equal keys → lower expert index first, equal group scores →
@@ -174,10 +174,13 @@ def _exp(x, dtype):
 
 def _sigmoid(x, o):
     """σ(x) = 1/(1 + exp(-x)); "exact": the float64 value rounded once; "expf": exp, sum and quotient each
-    rounded to fp32."""
+    rounded to fp32; "tanh": 0.5·t + 0.5, t = tanhf(0.5x) modelled correctly rounded (fp32 0.5x and 0.5t are
+    exact), so σ = 0 exactly once t rounds to -1: x < -26·ln 2 ≈ -18.02."""
     if o.ideal or o.sigmoid == "exact":
         return (1 / (1 + np.exp(-x.astype(np.float64)))).astype(o.dtype)
-    one = o.dtype(1)
+    one, half = o.dtype(1), o.dtype(0.5)
+    if o.sigmoid == "tanh":
+        return half * np.tanh((half * x).astype(np.float64)).astype(o.dtype) + half
     return one / (one + _exp(-x, o.dtype))
 
 

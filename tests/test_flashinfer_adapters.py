@@ -113,6 +113,8 @@ def test_enums_are_members():
 
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_availability_names_the_reason_on_cpu(name, monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the CPU reasons do not apply")
     monkeypatch.delenv("DIFFTEST_ENABLE_CUTLASS", raising=False)
     reason = adapter(name).available()
     expected = ("cutlass_fused_moe is opt-in" if name == "cutlass_fused_moe"
@@ -152,3 +154,21 @@ def test_fused_topk_limits():
     assert _limits(256, 1, 1, 1) is None and _limits(512, 1, 1, 1) == "num_experts=512 > 384 with n_group=1"
     assert _limits(256, 1, 1, 8).startswith("needs topk_group <= n_group and topk_group*n_group >= top_k")
     assert _limits(256, 8, 4, 9) == "top_k=9 > 8"
+
+
+def test_fused_topk_deepseek_refuses_bf16_logits_with_the_recipe_reason():
+    import dataclasses
+
+    from difftest.case import RoutingConfig
+
+    c = RoutingConfig(method="deepseek_v3", num_tokens=2, num_experts=256, top_k=8, n_group=8, topk_group=4,
+                      eps=1e-20, logits_dtype="bf16")
+    assert "flashinfer_fused_topk_deepseek_bf16" in adapter("fused_topk_deepseek").unsupported(c)
+    assert adapter("fused_topk_deepseek").unsupported(dataclasses.replace(c, logits_dtype="fp32")) is None
+
+
+def test_adapters_name_recipes_the_spec_defines():
+    from spec.recipes import NAMED
+
+    for name in ("fused_topk_deepseek", "mono_moe"):
+        assert adapter(name).RECIPE in NAMED, name

@@ -6,6 +6,13 @@ Bounds: CUDA tanhf is within 2 ulp, so each s is within δ = 2^-24 + 2·2^-24 of
 ulp. Ids must match exactly where every decision margin exceeds 4δ; elsewhere the GPU's set must be a
 valid choice under perturbed keys (ids distinct, inside kept groups, weights gathered from them).
 Weights: |w_gpu − w_ref| ≤ rsf·(k+1)·δ/Σs + one rounding of the output dtype.
+
+Second run (2026-11-29, campaigns/h200/second_call.sh): the module is built with -use_fast_math, and nvcc then
+compiles tanhf to MUFU.TANH (tanh.approx.f32; cuobjdump, tanh_probe.cu), whose PTX ISA accuracy is a relative
+error of at most 2^-11 (measured on the H200: 2^-16.0 on a dense grid; s exactly 0 below x = -16, not -18.02).
+With TANH_REL set (python verify_topk.py RUNDIR [TANH_REL]), each s carries the absolute error
+η = 0.5·TANH_REL·|t| + 2^-24·s (t = tanh(0.5x)), keys η + ulp, and the weight bound becomes
+rsf·(η_i + (w_i/rsf)·Σ_j η_j)/Σs + one output rounding; ids must match where margins exceed 4·max η.
 """
 
 import sys
@@ -17,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
 
 DELTA = 3 * 2.0 ** -24
+TANH_REL = None  # set from argv: the tanh.approx.f32 relative error modelled
 
 
 def reference(cfg, logits, bias):
@@ -61,9 +69,13 @@ def main(run):
         gid, gw = rec["ids"][a:b, :k], rec["weights"][a:b, :k]
         ids, w64, s, key, masked, margin, ssum = reference(cfg, logits, bias)
         ulp_out = 2.0 ** -8 if cfg["logits_dtype"] == "bf16" else 2.0 ** -23
+        eta = DELTA * np.ones_like(s, dtype=np.float64)
+        if TANH_REL is not None:
+            eta = 0.5 * TANH_REL * np.abs(2.0 * s.astype(np.float64) - 1) + 2.0 ** -24 * s + 2.0 ** -24
+        margin_need = 4 * eta.max(axis=1)
         for t in range(cfg["T"]):
             ok_set = set(gid[t]) == set(ids[t]) and len(set(gid[t])) == k
-            if margin[t] > 4 * DELTA:
+            if margin[t] > margin_need[t]:
                 if not np.array_equal(gid[t], ids[t]):
                     findings.append(f"seed {seed} token {t}: ids {gid[t].tolist()} != spec {ids[t].tolist()} "
                                     f"with margin {margin[t]:.3g} > {4 * DELTA:.3g} ({cfg})")
@@ -72,7 +84,7 @@ def main(run):
             else:
                 id_tie += 1
                 kth = np.sort(np.take_along_axis(masked[t:t + 1], ids[t:t + 1], 1)[0])[0]
-                valid = len(set(gid[t])) == k and all(masked[t, e] >= kth - 4 * DELTA for e in gid[t])
+                valid = len(set(gid[t])) == k and all(masked[t, e] >= kth - margin_need[t] for e in gid[t])
                 if not valid:
                     findings.append(f"seed {seed} token {t}: tie-region ids {gid[t].tolist()} not a valid choice")
                     continue
@@ -82,7 +94,11 @@ def main(run):
                                                np.array([list(ids[t]).index(e) for e in gid[t]])[None], 1)[0],
                             cfg["logits_dtype"])
             spacing = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(ref), 1e-38))) - (7 if ulp_out > 1e-6 else 23))
-            bound = cfg["rsf"] * (k + 1) * DELTA / max(float(ssum[t]), 1e-30) + spacing  # one output ulp
+            if TANH_REL is None:
+                bound = cfg["rsf"] * (k + 1) * DELTA / max(float(ssum[t]), 1e-30) + spacing  # one output ulp
+            else:
+                et = eta[t, gid[t]]
+                bound = (cfg["rsf"] * et + ref * et.sum()) / max(float(ssum[t]), 1e-30) + spacing
             err = np.abs(gw[t].astype(np.float64) - ref)
             r = float((err / bound).max())
             ratios.append(r)
@@ -100,4 +116,6 @@ def main(run):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 2:
+        TANH_REL = float(sys.argv[2])
     main(sys.argv[1])

@@ -12,7 +12,7 @@ from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_
 NAME = "flashinfer.fused_topk_deepseek"
 OP = "routing"
 DETERMINISTIC = True
-RECIPE = "flashinfer_fused_topk_deepseek"  # routing-only recipe: see RECIPE_FIELDS
+RECIPE = "flashinfer_fused_topk_deepseek"  # spec.recipes.FUSED_TOPK_DEEPSEEK (fp32 logits); _BF16 for bf16
 RECIPE_FIELDS = {"logits": "per case (fp32 | bf16)", "bias": "fp32", "sigmoid": "tanh",
                  "routing_weights": "logits dtype", "renorm_order": "scale_then_divide", "eps": 1e-20}
 CAPABILITIES = ((8, 9), (9, 0), (10, 0), (10, 3), (10, 7), (12, 0), (12, 1))
@@ -31,6 +31,9 @@ def unsupported(config):
         return f"method {c.method!r}: the kernel computes deepseek_v3 routing only"
     if c.logits_dtype not in LOGITS_DTYPES:
         return f"logits_dtype {c.logits_dtype!r} not in {LOGITS_DTYPES} (fp16 is accepted but not modelled)"
+    if c.logits_dtype != "fp32":
+        return ("bf16 logits give bf16 weights (recipe flashinfer_fused_topk_deepseek_bf16), and an adapter names "
+                "one recipe: checked by campaigns/h200/verify_topk.py instead")
     if c.bias_dtype not in (None, "fp32", "bf16"):
         return f"bias_dtype {c.bias_dtype!r} not in (None, 'fp32', 'bf16')"
     if not c.renormalize:
