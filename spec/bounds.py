@@ -48,14 +48,14 @@ def gamma(n, u):
     return n * u / (1 - n * u) if n * u < 1 else math.inf
 
 
-def accumulation(n, acc, fp8_operands):
+def accumulation(n, acc, fp8_operands, block=HOPPER_BLOCK):
     """(hard, prob) coefficients c with |fl(Σ_k a_k b_k) − Σ_k a_k b_k| ≤ c·Σ_k |a_k b_k|, any summation
     order. fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). hopper_fp8
-    (FP8 operands only, else fp32): γ_128(2^-13) inside each K block + γ_{n/128+2}(2^-24) across blocks. The
-    spec's own float64 sum adds γ_{n+2}(2^-53)."""
+    (FP8 operands only, else fp32): γ_b(2^-13) inside each K block of b = `block` (128; 64 for mono_moe's 1×64
+    intermediate) + γ_{n/b+2}(2^-24) across blocks. The spec's own float64 sum adds γ_{n+2}(2^-53)."""
     own = gamma(n + 2, U64)
     if acc == "hopper_fp8" and fp8_operands:
-        b, nb = min(n, HOPPER_BLOCK), -(-n // HOPPER_BLOCK)
+        b, nb = min(n, block), -(-n // block)
         inner, outer = gamma(b, HOPPER_U), gamma(nb + 2, U32)
         hard, prob = (
             inner + outer + inner * outer,
@@ -67,16 +67,23 @@ def accumulation(n, acc, fp8_operands):
     return own + hard, own + min(prob, hard)  # λ√n > n for n < λ²: the hard bound is then the smaller
 
 
-def gemm(a, e, w_abs, acc, fp8_operands):
+def gemm(a, e, w_abs, acc, fp8_operands, block=HOPPER_BLOCK):
     """C = a·Wᵀ, W exact (codes × scales): hard/prob δ·|W|ᵀ + c·(|a| + δ)·|W|ᵀ; ideal δ·|W|ᵀ + c64·|a|·|W|ᵀ.
     a [M, K] the spec's operand, e its Err, w_abs |W| [N, K]."""
-    n = a.shape[1]
-    m = a.shape[0]
-    hard_c, prob_c = accumulation(n, acc, fp8_operands)
+    return gemm_shadow(shadow_operand(a, e) @ w_abs.T, a.shape[1], acc, fp8_operands, block)
+
+
+def shadow_operand(a, e):
+    """[|a|; δ_hard; δ_prob; δ_ideal] [4M, K]: the four left operands of gemm's |·|·|W|ᵀ products, stacked so
+    that they cost one GEMM."""
+    return np.concatenate([np.abs(a), e.hard, e.prob, e.ideal])
+
+
+def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK):
+    """gemm's Err from products = shadow_operand(a, e)·|W|ᵀ [4M, N], n = K."""
+    hard_c, prob_c = accumulation(n, acc, fp8_operands, block)
     own = gamma(n + 2, U64)
-    absa = np.abs(a)
-    prods = np.concatenate([absa, e.hard, e.prob, e.ideal]) @ w_abs.T
-    mag, h, p, i = prods[:m], prods[m : 2 * m], prods[2 * m : 3 * m], prods[3 * m :]
+    mag, h, p, i = np.split(products, 4)
     return Err(h + hard_c * (mag + h), p + prob_c * (mag + p), i + own * mag)
 
 
@@ -196,22 +203,44 @@ def possible_flips(v, e, q):
     return np.count_nonzero(_requant_rule(v, e.hard, q) > 0, axis=-1)
 
 
-def quantized_input(x, q):
+def quantized_input(x, q, rel=0.0):
     """The activation quantization of the given hidden states: identical in spec and implementation (same
-    declared quantizer, same input), hence hard = prob = 0; ideal: u·|x| + s·min_subnormal/2."""
+    declared quantizer, same input), hence hard = prob = 0; ideal: u·|x| + s·min_subnormal/2. rel > 0: the
+    implementation's x/s may differ from the spec's by rel·|x/s| (mono_moe's approximate 448/amax, 2 ulps,
+    then its product: rel = 3·2^-24), so codes near a rounding midpoint may flip (the requantization rule)."""
     z = np.zeros(x.shape)
-    return requantized(x, Err(z, z, z), q)
+    d = rel * np.abs(x) if rel else z  # rel = 0: exactly the spec's codes, also for NaN/Inf inputs
+    return requantized(x, Err(d, d, z), q)
 
 
-def routing_weights(w, recipe, num_experts, top_k):
+def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0):
     """Router weights written in recipe.routing_weights after fp32 arithmetic (softmax over E, or sigmoid,
     then a sum of k, a divide and a scale): relative γ_{E+k+8}(2^-24) vs exact. hard: two implementations ≤ 2γ
-    apart before the write, ≤ one ulp (2u) after it; ideal: γ + u."""
+    apart before the write, ≤ one ulp (2u) after it; ideal: γ + u.
+
+    recipe.sigmoid "tanh" (s = 0.5·tanhf(0.5x) + 0.5, fused_topk_deepseek built with -use_fast_math: tanhf is
+    tanh.approx.f32, relative error ≤ R = 2^-11 by the PTX ISA; 2^-16 measured on H200, campaigns/h200) adds an
+    absolute error per sigmoid η = 0.5·R·|t| ≤ η̄ = 0.5·R (|t| = |tanh| ≤ 1), which no relative bound covers
+    (s → 0 at x = -16 where σ = 1.1e-7). Unrenormalized, w = s·rsf: rsf·η̄. Renormalized over k ids,
+    w_i = rsf·s_i/Σ (score_sum = Σ the exact selected scores, [T, 1]): perturbing s_j by e_j, |e_j| ≤ η̄, moves
+    w_i by rsf·|e_i·Σ − s_i·Σe_j|/(Σ·(Σ + Σe_j)) ≤ (rsf + k·|w_i|)·η̄/(Σ(1 − γ) − k·η̄) (the fp32 sum's relative
+    γ in the denominator; ∞ where that is ≤ 0). vs ideal: that term; hard (two implementations, each within
+    it of the ideal): twice it."""
     u = as_format(recipe.routing_weights).unit_roundoff
     g = gamma(num_experts + top_k + 8, U32)
     absw = np.abs(np.asarray(w, np.float64))
     hard = ((2 * g) * (1 + u) + 2 * u) * absw
-    return Err(hard, hard, (g + u) * absw)
+    ideal = (g + u) * absw
+    if recipe.sigmoid == "tanh":
+        eta = 0.5 * 2.0**-11
+        if score_sum is None:
+            approx = np.full_like(absw, rsf * eta)
+        else:
+            den = np.asarray(score_sum, np.float64) * (1 - g) - top_k * eta
+            with np.errstate(divide="ignore", invalid="ignore"):
+                approx = np.where(den > 0, (rsf + top_k * absw) * eta / np.where(den > 0, den, 1.0), np.inf)
+        hard, ideal = hard + 2 * approx, ideal + approx
+    return Err(hard, hard, ideal)
 
 
 def bound_vs_recipe(result, recipe):

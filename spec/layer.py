@@ -18,15 +18,17 @@ import numpy as np
 from . import bounds
 from .bounds import Err, Quantized
 from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
-from .numerics import E2M1, E4M3FN, E8M0, decode, round_to
+from .numerics import E2M1, E4M3FN, E8M0, decode, encode, round_to
 from .quant import (
     E4M3_VALUES,
+    FP8_MAX,
     MX_BLOCK,
     NVFP4_BLOCK,
     block_scaled_gemm,
     mxfp8_quant,
     nvfp4_global_scale,
     nvfp4_quant,
+    RCP448,
     per_token_group_quant_fp8,
 )
 from .recipes import Recipe
@@ -36,6 +38,10 @@ QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
 ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_blocked", "hopper_fp8")
 FP8_BLOCK = 128
+SLAB = 32  # weight rows decoded at a time (divides FP8_BLOCK): a [32, 7168] float64 slab stays in L2
+E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
+QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
+APPROX_DIVIDE = 3 * 2.0**-24  # x·(448/amax) with a 2-ulp approximate divide (mono_moe, -use_fast_math)
 
 IDEAL = Recipe(
     name="ideal",
@@ -89,58 +95,82 @@ def _gemm(a, w, accumulate):
     if accumulate == "exact":
         return a.values @ w.values.T
     if accumulate in ("fp32_blocked", "hopper_fp8") and a.fp8 is not None and w.fp8 is not None:
-        return block_scaled_gemm(*a.fp8, *w.fp8, acc="fp32" if accumulate == "fp32_blocked" else accumulate)
+        (aq, a_s), (wq, w_s) = a.fp8, w.fp8
+        r = a_s.shape[1] // w_s.shape[1]  # activation groups per 128-wide weight block: 2 for 1×64 (mono_moe)
+        w_s = np.repeat(np.repeat(w_s, r, 0), r, 1)[: -(-wq.shape[0] * r // FP8_BLOCK)]
+        acc = "fp32" if accumulate == "fp32_blocked" else accumulate
+        return block_scaled_gemm(aq, a_s, wq, w_s, acc=acc, block=FP8_BLOCK // r)
     products = (a.values[:, None, :] * w.values[None, :, :]).astype(np.float32)
     if accumulate == "fp32_pairwise":
         return np.sum(products, axis=-1, dtype=np.float32).astype(np.float64)
     return np.cumsum(products, axis=-1, dtype=np.float32)[..., -1].astype(np.float64)
 
 
-def _block_scales(scales, shape, rows_per_scale, cols_per_scale):
-    s = np.repeat(np.repeat(np.asarray(scales, np.float64), rows_per_scale, 0), cols_per_scale, 1)
-    return s[: shape[0], : shape[1]]
+def _block_scales(scales, width, cols_per_scale):
+    """Dequant multiplier of each column: scales [R, ceil(width/cols_per_scale)] -> float64 [R, width]."""
+    return np.repeat(np.asarray(scales, np.float64), cols_per_scale, 1)[:, :width]
 
 
 def _nibbles(packed):
     return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
 
 
-def _weight(wd, name, quant, rows=slice(None), scale_rows=slice(None)):
-    """Expert weight `name` (its `rows`), decoded exactly: code × scale in float64."""
+def _slabs(wd, name, quant, gated):
+    """(rows, block-scale rows) of each SLAB-row slab of weight `name`, the unit in which it is decoded. The
+    two halves of a gated w13 each have their own ceil(I/128) block-scale rows (sem §3): no slab straddles
+    them, nor a block row."""
+    n = np.shape(wd[name])[0]
+    parts = [(0, n, 0)]
+    if name == "w13" and gated:
+        if n % 2:
+            raise ValueError(f"gated w13 needs 2I rows, got {n}")
+        half = n // 2
+        blocks = -(-half // FP8_BLOCK)
+        if quant == "fp8_block" and np.shape(wd["w13_scale"])[0] != 2 * blocks:
+            raise ValueError(
+                f"gated fp8_block w13_scale needs 2·ceil(I/128) = {2 * blocks} rows, "
+                f"got {np.shape(wd['w13_scale'])[0]}"
+            )
+        parts = [(0, half, 0), (half, n, blocks)]
+    return [
+        (slice(r, min(r + SLAB, end)), slice(b, b + 1))
+        for start, end, first in parts
+        for r in range(start, end, SLAB)
+        for b in [first + (r - start) // FP8_BLOCK]
+    ]
+
+
+def _weight(wd, name, quant, rows, scale_rows):
+    """One slab of expert weight `name` (its `rows`, all in the block-scale row `scale_rows`), decoded
+    exactly: code × scale in float64."""
     w = np.asarray(wd[name])[rows]
     if quant == "bf16":
         return Operand(w.astype(np.float64), None)
     s = np.asarray(wd[name + "_scale"])
     if quant == "fp8_block":
         s = s[scale_rows]
-        return Operand(E4M3_VALUES[w] * _block_scales(s, w.shape, FP8_BLOCK, FP8_BLOCK), (w, s))
+        return Operand(E4M3_FLOAT64[w] * _block_scales(s, w.shape[1], FP8_BLOCK), (w, s))
     s = s[rows]
     if quant == "mxfp8":
-        return Operand(E4M3_VALUES[w] * _block_scales(decode(s, E8M0), w.shape, 1, MX_BLOCK), None)
-    sf = _block_scales(decode(s, E4M3FN), (w.shape[0], 2 * w.shape[1]), 1, NVFP4_BLOCK)
+        return Operand(E4M3_VALUES[w] * _block_scales(decode(s, E8M0), w.shape[1], MX_BLOCK), None)
+    sf = _block_scales(decode(s, E4M3FN), 2 * w.shape[1], NVFP4_BLOCK)
     return Operand(decode(_nibbles(w), E2M1) * sf / np.float64(wd[name + "_global"]), None)
 
 
-def _w13(wd, quant, gated):
-    """w13 as its stored parts: [whole], or the two halves of a gated w13 (each half of an fp8_block w13 has
-    its own 2·ceil(I/128)/2 block-scale rows, sem §3)."""
-    if not gated:
-        return [_weight(wd, "w13", quant)]
-    n = np.shape(wd["w13"])[0]
-    if n % 2:
-        raise ValueError(f"gated w13 needs 2I rows, got {n}")
-    half = n // 2
-    if quant == "fp8_block":
-        sb = np.shape(wd["w13_scale"])[0]
-        if sb != 2 * -(-half // FP8_BLOCK):
-            raise ValueError(
-                f"gated fp8_block w13_scale needs 2·ceil(I/128) = {2 * -(-half // FP8_BLOCK)} rows, got {sb}"
-            )
-        return [
-            _weight(wd, "w13", quant, slice(0, half), slice(0, sb // 2)),
-            _weight(wd, "w13", quant, slice(half, n), slice(sb // 2, sb)),
-        ]
-    return [_weight(wd, "w13", quant, slice(0, half)), _weight(wd, "w13", quant, slice(half, n))]
+def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
+    """x·Wᵀ [M, N] (_gemm) and its Err (bounds.gemm; `block`: the K block of hopper_fp8), W decoded slab by
+    slab from its codes: an expert is never whole in float64, and the four shadow products are one GEMM per
+    slab."""
+    left = ex and bounds.shadow_operand(x.values, ex)
+    y, products = [], []
+    for rows, scale_rows in _slabs(wd, name, c.quant, gated):
+        w = _weight(wd, name, c.quant, rows, scale_rows)
+        y.append(_gemm(x, w, c.accumulate))
+        products.append(ex and left @ np.abs(w.values).T)
+    fp8 = x.fp8 is not None and c.quant == "fp8_block"
+    return np.concatenate(y, axis=1), ex and bounds.gemm_shadow(
+        np.concatenate(products, axis=1), x.values.shape[1], c.recipe.gemm_acc, fp8, block
+    )
 
 
 def _nvfp4_rows(x):
@@ -154,19 +184,35 @@ def _nvfp4_rows(x):
     return values, scale
 
 
-def quantize(x, quant, recipe, variant, scale_formula):
-    """Activation quantization of x [M, K] on a quant path: fp8_block 1×128 (per_token_group_quant_fp8 with
-    `variant`, `scale_formula`), mxfp8 (recipe.mx_rule), nvfp4 (per-token global scale). -> Quantized."""
+def quant_448_div_amax(x, group):
+    """mono_moe's quantizer per (row, `group` columns): NaN → 0, amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)),
+    q = e4m3_satfinite(fl(x·fl(448/amax))) (the kernel's 448/amax is an approximate divide: bounds cover it).
+    [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
+    x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
+    g = x.reshape(x.shape[0], -1, group)
+    amax = np.maximum(np.abs(g).max(axis=-1), np.float32(QUANT_EPS))
+    s, inv = amax * RCP448, FP8_MAX / amax
+    q = encode(np.clip(g * inv[..., None], -FP8_MAX, FP8_MAX), E4M3FN)
+    return q.reshape(x.shape), s
+
+
+def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK):
+    """Activation quantization of x [M, K] on a quant path: fp8_block 1×`group` (per_token_group_quant_fp8 with
+    `variant`, `scale_formula`, or quant_448_div_amax), mxfp8 (recipe.mx_rule), nvfp4 (per-token global
+    scale). -> Quantized."""
     x = np.asarray(x, np.float32)
     if quant == "fp8_block":
-        q, s = per_token_group_quant_fp8(x, FP8_BLOCK, variant=variant, scale_formula=scale_formula)
-        scale = _block_scales(s, x.shape, 1, FP8_BLOCK)
+        if variant == "mul_448_div_amax":
+            q, s = quant_448_div_amax(x, group)
+        else:
+            q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula)
+        scale = _block_scales(s, x.shape[1], group)
         return Quantized(
-            E4M3_VALUES[q] * scale, scale, "e4m3fn", (FP8_BLOCK,), E4M3FN.unit_roundoff, True, (q, s)
+            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, True, (q, s)
         )
     if quant == "mxfp8":
         q, e8 = mxfp8_quant(x, rule=recipe.mx_rule)
-        scale = _block_scales(decode(e8, E8M0), x.shape, 1, MX_BLOCK)
+        scale = _block_scales(decode(e8, E8M0), x.shape[1], MX_BLOCK)
         u = E4M3FN.unit_roundoff * (2 if recipe.mx_rule == "ocp" else 1)  # ocp: x/X < 512 saturates at 448
         return Quantized(E4M3_VALUES[q] * scale, scale, "e4m3fn", (MX_BLOCK,), u, False, None)
     values, scale = _nvfp4_rows(x)
@@ -188,21 +234,7 @@ def _expert(x, ex, wt, ew, wd, c):
     """One expert on its tokens: x Operand rows [n, H] (error ex), router weights wt [n, 1] (error ew).
     -> (contribution to the combine sum [n, H], its Err, possible requant flips [n])."""
     R, gated = c.recipe, c.activation in GATED_ACTIVATIONS
-    w13, w2 = _w13(wd, c.quant, gated), _weight(wd, "w2", c.quant)
-    fp8 = x.fp8 is not None
-    h = np.concatenate([_gemm(x, w, c.accumulate) for w in w13], axis=1)
-    eh = ex and Err(
-        *(
-            np.concatenate(parts, axis=1)
-            for parts in zip(
-                *(
-                    bounds.gemm(x.values, ex, np.abs(w.values), R.gemm_acc, fp8 and w.fp8 is not None)
-                    for w in w13
-                ),
-                strict=True,
-            )
-        )
-    )
+    h, eh = _weight_gemm(x, ex, wd, "w13", c, gated)
     if c.router_weight_on_input:  # on GEMM1's fp32 accumulator, = (x·w)·W13 (sem §4.4)
         h, eh = h * wt, eh and bounds.product(h, wt, eh, ew, bounds.U32)
     h1 = round_to(h, R.gemm1_out)
@@ -222,25 +254,30 @@ def _expert(x, ex, wt, ew, wd, c):
         ea = ep and bounds.rounded(p, a, ep, R.act_compute)
     a2 = round_to(a, R.act_out)
     ea2 = ea and bounds.rounded(a, a2, ea, R.act_out)
+    weighted_early = not c.router_weight_on_input and R.router_weight_at == "before_requant"
+    if weighted_early:  # mono_moe: w·act in fp32, then the re-quantization sees the weighted value
+        p = a2 * wt
+        ep = ea2 and bounds.product(a2, wt, ea2, ew, bounds.U32)
+        a2 = round_to(p, R.act_out)
+        ea2 = ep and bounds.rounded(p, a2, ep, R.act_out)
     flips = np.zeros(len(a2), int)
+    group = FP8_BLOCK
     if (
         c.quant != "bf16" and R.requant_intermediate
     ):  # per token, on the stored intermediate (sem §4.3 step 4)
-        q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula)
+        group = R.requant_group if c.quant == "fp8_block" else FP8_BLOCK
+        q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula, group)
         op, ev = Operand(q.values, q.fp8), ea2 and bounds.requantized(a2, ea2, q)
         flips = bounds.possible_flips(a2, ea2, q) if ea2 else flips
     else:
         op, ev = Operand(np.asarray(a2, np.float64), None), ea2
-    y = _gemm(op, w2, c.accumulate)
-    ey = ev and bounds.gemm(
-        op.values, ev, np.abs(w2.values), R.gemm_acc, op.fp8 is not None and w2.fp8 is not None
-    )
+    y, ey = _weight_gemm(op, ev, wd, "w2", c, block=group)
     weighted_in_gemm2 = not c.router_weight_on_input and R.router_weight_at == "gemm2"
     if weighted_in_gemm2:  # the fp32 accumulator times the router weight, then the expert_out write
         y, ey = y * wt, ey and bounds.product(y, wt, ey, ew, bounds.U32)
     ye = round_to(y, R.expert_out)
     eye = ey and bounds.rounded(y, ye, ey, R.expert_out)
-    if weighted_in_gemm2 or c.router_weight_on_input:
+    if weighted_in_gemm2 or weighted_early or c.router_weight_on_input:
         return ye.astype(np.float64), eye, flips
     return ye * wt, eye and bounds.product(ye, wt, eye, ew), flips
 
@@ -337,7 +374,8 @@ def moe_layer(
     tracked = recipe is not None
     if tracked and quant != "bf16":
         q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula)
-        x, ex = Operand(q.values, q.fp8), bounds.quantized_input(np.asarray(hidden, np.float64), q)
+        rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" else 0.0
+        x, ex = Operand(q.values, q.fp8), bounds.quantized_input(np.asarray(hidden, np.float64), q, rel)
     else:
         x, ex = Operand(np.asarray(hidden, np.float64), None), tracked and bounds.zero((T, H))
     ew = tracked and bounds.routing_weights(r.weights, R, E, routing["top_k"])
