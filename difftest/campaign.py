@@ -1,6 +1,11 @@
 """Fuzzing one (implementation, op) cell with Hypothesis: run, compare, target the error/bound ratio, shrink a
 failure and write it as a fixture. Used by tests/test_campaign.py (pytest-xdist spreads the cells) and by
 `python -m difftest fuzz` (worker processes, a time budget, a run directory).
+
+An implementation that declares ``may_crash`` runs in an IsolatedRunner (difftest/isolation.py): a crash
+is a finding of kind "crash", shrunk for at most CRASH_SHRINK_S seconds after its first crash (each crash
+costs a fresh worker: seconds once torch and a kernel library are imported), a hang one of kind "hang",
+recorded at once and not shrunk (each attempt would cost the whole timeout).
 """
 
 import json
@@ -13,16 +18,19 @@ from typing import NamedTuple
 from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import Flaky
 
-from . import fixtures, strategies
+from . import fixtures, interface, strategies
 from .case import QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
 from .check import run_case
-from .isolation import IsolatedRunner
+from .isolation import IsolatedRunner, pending, settle_pending
 
 REPLAY = "replay: python -m difftest replay {path}"
-CASE_TIMEOUT_S = float(
-    os.environ.get("DIFFTEST_CASE_TIMEOUT", "120")
-)  # a may_crash implementation's hang limit
+# a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
+# JIT-build its kernel (minutes for a FlashInfer module on a cold cache)
+CASE_TIMEOUT_S = float(os.environ.get("DIFFTEST_CASE_TIMEOUT", "120"))
+FIRST_CASE_TIMEOUT_S = float(os.environ.get("DIFFTEST_FIRST_CASE_TIMEOUT", "900"))
+CRASH_SHRINK_S = float(os.environ.get("DIFFTEST_CRASH_SHRINK_S", "120"))
 HEALTH = [
     HealthCheck.too_slow,
     HealthCheck.filter_too_much,
@@ -33,6 +41,73 @@ HEALTH = [
 
 class Finding(AssertionError):
     """A failing case; the message names the element, the bound and the replay command."""
+
+
+class Interrupted(BaseException):
+    """The campaign was asked to stop (SIGINT, SIGTERM). A BaseException, like KeyboardInterrupt, so that
+    Hypothesis passes it through instead of shrinking it as a failure."""
+
+
+class _Enough(BaseException):
+    """Leave Hypothesis at once with the smallest failure so far (a hang, or a crash shrunk long enough)."""
+
+
+class Watched:
+    """An IsolatedRunner remembering the crash or hang behind the RuntimeError that run_case makes of it."""
+
+    def __init__(self, runner):
+        self.runner, self.failed = runner, None
+
+    def run(self, case, timeout_s=None):
+        o = self.runner.run(case, timeout_s)
+        if o.kind in ("crash", "hang"):
+            self.failed = o
+        return o
+
+
+def run_classified(impl, case, inputs=None, *, repeat=False, runner=None):
+    """(check.Result, kind or None, isolation Outcome of a crash or hang or None). kind: mismatch | error |
+    crash | hang for a failure (fixtures.KINDS), None otherwise."""
+    watched = Watched(runner) if runner is not None else None
+    result = run_case(impl, case, inputs, repeat=repeat, runner=watched)
+    crash = watched.failed if watched is not None else None
+    if crash is not None:
+        message = f"{impl.name} {crash.kind}: {crash.detail} [{case.op}, {impl.name}]"
+        return result._replace(message=message), crash.kind, crash
+    return result, {"fail": "mismatch", "error": "error"}.get(result.status), None
+
+
+def observed(result, crash=None):
+    """A fixture's observed record; a crash or hang adds the signal or exit status and the last output."""
+    obs = {"status": result.status, "ratio": result.ratio, "message": result.message}
+    if crash is not None:
+        tail = crash.output_tail[-fixtures.OUTPUT_TAIL_CHARS :]
+        obs.update(signal=crash.signal, exit=crash.exit, output_tail=tail, seconds=round(crash.seconds, 3))
+    return obs
+
+
+class Runners:
+    """One IsolatedRunner per may_crash implementation, kept across cells and chunks (a worker start imports
+    torch and the kernel library); None for an implementation that runs in-process."""
+
+    def __init__(self, workdir, timeout_s=None, first_timeout_s=None):
+        self.workdir = Path(workdir)
+        self.timeout_s = timeout_s or CASE_TIMEOUT_S
+        self.first_timeout_s = first_timeout_s or FIRST_CASE_TIMEOUT_S
+        self._runners = {}
+
+    def get(self, impl, impl_ref):
+        if not impl.may_crash:
+            return None
+        if impl_ref not in self._runners:
+            self._runners[impl_ref] = IsolatedRunner(impl_ref, self.timeout_s, self.workdir,
+                                                     first_timeout_s=self.first_timeout_s)
+        return self._runners[impl_ref]
+
+    def close(self):
+        for r in self._runners.values():
+            r.close()
+        self._runners.clear()
 
 
 class CellResult(NamedTuple):
@@ -58,12 +133,23 @@ def database(path=None):
     return DirectoryBasedExampleDatabase(path) if path else None
 
 
-def case_row(impl_name, case, result):
+def recipe_name(impl, case):
+    """The name of the recipe the case is compared under, or None (ideal only, or refused)."""
+    try:
+        recipe = impl.recipe(case)
+    except CaseError:
+        return None
+    return None if recipe is None else recipe.name
+
+
+def case_row(impl_name, case, result, recipe=None, kind=None):
     """One cases.jsonl line (difftest/rundir.md)."""
     c = case.config
     r = c.routing if case.op == "moe" else c
     return {
         "impl": impl_name,
+        "recipe": recipe,
+        "kind": kind,
         "op": case.op,
         "method": getattr(r, "method", None),
         "activation": getattr(c, "activation", None),
@@ -92,29 +178,45 @@ def fuzz_cell(
     run_seed=None,
     provenance="",
     special=False,
+    runners=None,
+    stop=None,
 ):
     """Run Hypothesis over cases of `op` for `impl`. A failure is shrunk, written under fixtures_root (if
-    given) and returned in CellResult.finding; record(row) sees every example (shrink steps included)."""
-    state = {"examples": 0, "last_failure": None}
-    runner = (
-        IsolatedRunner(impl_ref, CASE_TIMEOUT_S, _worker_dir(fixtures_root))
-        if impl.may_crash
-        else None
-    )
+    given) and returned in CellResult.finding; record(row) sees every example (shrink steps included).
+    ``runners`` (a Runners) supplies the isolated worker of a may_crash implementation (default: one for this
+    cell); ``stop`` (an Event) set raises Interrupted at the next example."""
+    state = {"examples": 0, "last_failure": None, "first_crash": None}
+    own = runners is None
+    runners = Runners(_worker_dir(fixtures_root)) if own else runners
+    provenance = provenance or f"difftest fuzz, op {op}"
+
+    def save(case, result, kind, crash):
+        if fixtures_root is None:
+            return None
+        return fixtures.write(fixtures_root, case, impl_ref, impl, impl.recipe(case), observed(result, crash),
+                              _expected(impl, case), provenance=provenance, kind=kind)
 
     def check(case):
-        result = run_case(impl, case, repeat=state["examples"] % 16 == 0, runner=runner)
+        if stop is not None and stop.is_set():
+            raise Interrupted()
+        result, kind, crash = run_classified(
+            impl, case, repeat=state["examples"] % 16 == 0, runner=runners.get(impl, impl_ref))
         state["examples"] += 1
         if record is not None:
-            record(case_row(impl.name, case, result))
+            record(case_row(impl.name, case, result, recipe_name(impl, case), kind))
         if result.status == "skip":
             event(f"skip: {result.message.split(':')[0]}")
             return
         if result.ratio < float("inf"):
             target(result.ratio, label="error/bound")
-        if result.status in ("fail", "error"):
-            state["last_failure"] = (case, result)
-            raise Finding(result.message)
+        if kind is None:
+            return
+        state["last_failure"] = (case, result, kind, crash)
+        if kind == "crash" and state["first_crash"] is None:
+            state["first_crash"] = time.monotonic()
+        if kind == "hang" or (kind == "crash" and time.monotonic() - state["first_crash"] > CRASH_SHRINK_S):
+            raise _Enough()
+        raise Finding(result.message)
 
     test = given(strategies.cases(op, configs, special=special))(check)
     test._hypothesis_internal_add_digest = f"{impl.name}|{op}|{impl_ref}|{configs!r}".encode()
@@ -124,28 +226,45 @@ def fuzz_cell(
         test = hypothesis_seed(run_seed)(test)
     try:
         test()
-    except Finding:
-        if runner is not None:
-            runner.close()
-        case, result = state["last_failure"]  # Hypothesis replays the shrunk example last
-        path = None
-        if fixtures_root is not None:
-            expected = _expected(impl, case)
-            path = fixtures.write(
-                fixtures_root,
-                case,
-                impl_ref,
-                impl,
-                impl.recipe(case),
-                {"status": result.status, "ratio": result.ratio, "message": result.message},
-                expected,
-                provenance=provenance or f"difftest fuzz, op {op}",
-            )
+    except (Finding, Flaky, _Enough):  # Flaky: a crash that did not repeat while shrinking
+        if state["last_failure"] is None:  # flaky for another reason (a strategy): not a finding of ours
+            raise
+        case, result, kind, crash = state["last_failure"]  # Hypothesis replays the shrunk example last
+        path = save(case, result, kind, crash)
         message = result.message + ("\n" + REPLAY.format(path=path) if path else f"\ncase: {case.to_json()}")
         return CellResult(state["examples"], message, None if path is None else str(path))
-    if runner is not None:
-        runner.close()
+    finally:
+        if own:
+            runners.close()
     return CellResult(state["examples"], None, None)
+
+
+def recover_pending(workdir, fixtures_root):
+    """Record each case that was running in an isolated worker when an earlier campaign died (its
+    write-ahead log has no end for it) as a crash fixture, then settle it. Returns the fixture paths.
+    A case whose implementation no longer loads stays pending."""
+    workdir = Path(workdir)
+    if not workdir.is_dir():
+        return []
+    by_ref = {}
+    for ref, case, pid in pending(workdir):
+        by_ref.setdefault(ref, []).append((case, pid))
+    paths = []
+    for ref, cases in by_ref.items():
+        try:
+            impl = interface.load(ref)
+        except interface.ImplError:
+            continue
+        for case, pid in cases:
+            message = (f"{impl.name} crash: the campaign died while worker pid {pid} ran this case "
+                       f"(recovered from the write-ahead log) [{case.op}, {impl.name}]")
+            paths.append(fixtures.write(
+                fixtures_root, case, ref, impl, impl.recipe(case),
+                {"status": "error", "ratio": None, "message": message}, _expected(impl, case),
+                provenance="difftest fuzz: recovered from the write-ahead log of a campaign that died",
+                kind="crash"))
+        settle_pending(workdir, [c for c, _ in cases], ref)
+    return paths
 
 
 def _worker_dir(fixtures_root):
@@ -177,7 +296,11 @@ def cli_settings(max_examples, db=None):
 
 def jsonl_recorder(path):
     """record(row) appending JSON lines to path (line-buffered: a killed worker loses at most one line)."""
+    with open(path, "ab+") as b:
+        torn = b.tell() > 0 and (b.seek(-1, os.SEEK_END), b.read(1))[1] != b"\n"
     f = open(path, "a", buffering=1)
+    if torn:  # a worker killed mid-line: end its torn line so that ours stays whole
+        f.write("\n")
 
     def record(row):
         f.write(json.dumps(row, allow_nan=False) + "\n")
@@ -192,7 +315,8 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
     fast ones. Each chunk is its own Hypothesis run with its own seed. Yields (cell, CellResult)."""
     per_example = {}
     i = 0
-    while time.monotonic() < deadline:
+    stop = kwargs.get("stop")
+    while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
         cell = cells[i % len(cells)]
         impl, impl_ref, op, configs = cell
         left = max(0.0, deadline - time.monotonic())
@@ -208,6 +332,8 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             fixtures_root=kwargs.get("fixtures_root"),
             run_seed=run_seed * 1_000_003 + i,
             special=kwargs.get("special", False),
+            runners=kwargs.get("runners"),
+            stop=stop,
         )
         per_example[i % len(cells)] = (time.monotonic() - t0) / max(1, res.examples)
         yield cell, res

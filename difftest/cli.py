@@ -1,25 +1,40 @@
-"""`python -m difftest`: fuzz, replay, impls, show. Exit codes: 0 clean, 1 findings, 2 usage or bad input
-(one line on stderr, no traceback)."""
+"""`python -m difftest`: fuzz, replay, report, impls, show. Exit codes: 0 clean, 1 findings, 2 usage or bad
+input (one line on stderr, no traceback; nothing run, nothing written)."""
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
+import signal
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 from . import fixtures, interface
 from .case import OPS, CaseError
+from .isolation import atomic_write_text
+from .report import ReportError
 
 DEFAULT_BUDGET_S = 120
 SLICE_S = 8.0  # seconds per turn of one (implementation, op) cell in a timed campaign
 PROGRESS_EVERY_S = 10
+STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM: workers finish their case, then get SIGTERM, then SIGKILL
+MAX_WORKERS = 256  # a typo like --workers 20000 must not fork-bomb the machine
+REPLAY_OUTCOME = {"mismatch": "fail", "error": "error", "crash": "crash", "hang": "hang"}  # by fixture kind
 
 
 class UsageError(Exception):
     """Bad arguments or input: printed as one line, exit 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (no usage block), so every exit-2 message is one line."""
+
+    def error(self, message):
+        self.exit(2, f"difftest: error: {self.prog.split()[-1]}: {message}\n")
 
 
 # ---- fuzz
@@ -50,50 +65,48 @@ def _cells(impl_refs, ops, model):
     return cells
 
 
-def _worker(w, args, out, deadline, queue):
+def _interrupt(signum, frame):
+    from .campaign import Interrupted
+
+    raise Interrupted()
+
+
+def _worker(w, args, out, deadline, queue, stop):
     from . import campaign
 
+    # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
+    # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
+    signal.signal(signal.SIGTERM, _interrupt)
+    found, record = [], None
+    runners = campaign.Runners(out / "difftest-workers", args.timeout, args.first_timeout)
     try:
         cells = _cells(args.impl, args.op, args.model)
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
-        found = []
+        db = args.db or str(out / "db")
+        common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
+                      stop=stop)
         if args.max_examples is None:
-            runs = campaign.timed_cells(
-                cells,
-                deadline,
-                SLICE_S,
-                args.seed * 64 + w,
-                record=record,
-                fixtures_root=out / "fixtures",
-                db=args.db or str(out / "db"),
-                special=args.special,
-            )
+            runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, **common)
         else:
             runs = (
-                (
-                    cell,
-                    campaign.fuzz_cell(
-                        *cell[:3],
-                        configs=cell[3],
-                        record=record,
-                        fixtures_root=out / "fixtures",
-                        run_seed=args.seed * 64 + w,
-                        special=args.special,
-                        hypothesis_settings=campaign.cli_settings(
-                            args.max_examples, args.db or str(out / "db")
-                        ),
-                    ),
-                )
+                (cell, campaign.fuzz_cell(*cell[:3], configs=cell[3], run_seed=args.seed * 64 + w,
+                                          hypothesis_settings=campaign.cli_settings(args.max_examples, db),
+                                          **common))
                 for cell in cells
             )
         for (impl, _, op, _), res in runs:
             if res.finding:
                 found.append({"impl": impl.name, "op": op, "message": res.finding, "fixture": res.fixture})
-        record.close()
+        queue.put((w, found, None))
+    except campaign.Interrupted:
         queue.put((w, found, None))
     except Exception as e:  # reported by the parent as one line
-        queue.put((w, [], f"{type(e).__name__}: {e}"))
+        queue.put((w, found, f"{type(e).__name__}: {e}"))
+    finally:
+        runners.close()
+        if record is not None:
+            record.close()
 
 
 def _count_lines(paths):
@@ -107,16 +120,33 @@ def _count_lines(paths):
     return n
 
 
+def _row(line):
+    """A cases.jsonl row, or None for a line torn by a killed worker."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and {"op", "status", "message", "ratio", "case"} <= set(row) else None
+
+
 def summarize(out):
-    """Merge cases-*.jsonl into cases.jsonl and write summary.json (format: difftest/rundir.md)."""
-    rows = []
+    """Merge cases-*.jsonl into cases.jsonl (after the rows of earlier runs into the same directory; torn
+    lines dropped and counted) and count (format: difftest/rundir.md). The merged file replaces the old one
+    atomically before the parts are removed: a kill in between can duplicate rows, never lose them."""
+    merged = out / "cases.jsonl"
     parts = sorted(out.glob("cases-*.jsonl"))
-    with open(out / "cases.jsonl", "w") as merged:
-        for p in parts:
-            for line in p.read_text().splitlines():
-                if line.strip():
-                    rows.append(json.loads(line))
-                    merged.write(line + "\n")
+    lines = merged.read_text(errors="replace").splitlines() if merged.exists() else []
+    for p in parts:
+        lines += p.read_text(errors="replace").splitlines()
+    rows, kept, torn = [], [], 0
+    for line in filter(str.strip, lines):
+        row = _row(line)
+        if row is None:
+            torn += 1
+            continue
+        rows.append(row)
+        kept.append(line + "\n")
+    atomic_write_text(merged, "".join(kept))
     for p in parts:
         p.unlink()
     counts = {k: Counter() for k in ("op", "method", "activation", "quant", "dist", "impl")}
@@ -132,20 +162,37 @@ def summarize(out):
                 counts[k][f"{r['op']}:{r[k]}" if k not in ("op", "impl") else r[k]] += 1
         if r["status"] == "pass" and r["ratio"] is not None and r["ratio"] > ratio_max:
             ratio_max, worst = r["ratio"], r["case"]
-    summary = {
+    return {
         "cases": len(rows),
+        "torn_lines": torn,
         "status": dict(status),
         "max_ratio_passing": ratio_max,
         "max_ratio_case": worst,
         "by": {k: dict(sorted(v.items())) for k, v in counts.items()},
         "skips": dict(skips.most_common()),
     }
-    return summary
+
+
+def _finite(value, name, low, inclusive):
+    if value is not None and not (math.isfinite(value) and (value >= low if inclusive else value > low)):
+        raise UsageError(f"{name} must be a finite number {'>=' if inclusive else '>'} {low:g}, got {value}")
+
+
+def _free_dir(path, flag):
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        raise UsageError(f"{flag} {path} exists and is not a directory")
 
 
 def cmd_fuzz(args):
-    if args.workers < 1:
-        raise UsageError("--workers must be >= 1")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
+    if args.max_examples is not None and args.max_examples < 1:
+        raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
+    _finite(args.time_budget, "--time-budget", 0, True)
+    _finite(args.timeout, "--timeout", 0, False)
+    _finite(args.first_timeout, "--first-timeout", 0, False)
+    _free_dir(args.out, "--out")
+    _free_dir(args.db, "--db")
     args.impl = args.impl or _default_impls()
     args.op = args.op or list(OPS)
     if args.model:
@@ -161,33 +208,98 @@ def cmd_fuzz(args):
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}")
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    budget = args.time_budget if args.time_budget is not None else DEFAULT_BUDGET_S
-    t0 = time.monotonic()
-    deadline = t0 + budget
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(w, args, out, deadline, queue)) for w in range(args.workers)]
-    for p in procs:
-        p.start()
-    results, last = [], time.monotonic()
+    return run_campaign(args, out)
+
+
+def _collect(procs, queue, stop, received, t0, budget, out):
+    """Results of the workers; after a stop request, SIGTERM then SIGKILL to those that outlast the grace."""
+    results, last, stopped_at, escalated = {}, time.monotonic(), None, 0
     while len(results) < len(procs):
         try:
-            results.append(queue.get(timeout=1.0))
-        except Exception:  # queue.Empty: print progress and keep waiting
+            w, found, error = queue.get(timeout=1.0)
+            results[w] = (found, error)
+        except Exception:  # queue.Empty (or a signal): print progress, escalate a stop, keep waiting
             if not any(p.is_alive() for p in procs) and queue.empty():
                 break
-        if time.monotonic() - last >= PROGRESS_EVERY_S:
-            last = time.monotonic()
+        now = time.monotonic()
+        if stop.is_set() and stopped_at is None:
+            stopped_at = now
+            print(f"difftest: {received[0]}: stopping (findings are kept, summary follows)", file=sys.stderr)
+        if stopped_at is not None and escalated < 2 and now - stopped_at > STOP_GRACE_S * (escalated + 1):
+            for w, p in enumerate(procs):
+                if w not in results and p.is_alive():
+                    (p.terminate if escalated == 0 else p.kill)()
+            escalated += 1
+        if now - last >= PROGRESS_EVERY_S:
+            last = now
             n = _count_lines(out.glob("cases-*.jsonl"))
-            print(
-                f"[{last - t0:6.0f}s/{budget:.0f}s] {n} cases, {args.workers} workers",
-                file=sys.stderr,
-                flush=True,
-            )
-    for p in procs:
+            progress = f"[{now - t0:6.0f}s/{budget:.0f}s] {n} cases, {len(procs)} workers"
+            print(progress, file=sys.stderr, flush=True)
+    for w, p in enumerate(procs):
         p.join()
-    errors = [e for _, _, e in results if e]
-    findings = [f for _, fs, _ in results for f in fs]
+        if w not in results:  # died without a word (the OOM killer, our SIGKILL)
+            results[w] = ([], None if stop.is_set() else f"worker {w} exited with code {p.exitcode}")
+    return results
+
+
+def _findings(reported, out):
+    """Findings reported by the workers (one per fixture), then every other fixture of the run directory
+    (written by a killed worker, recovered from a write-ahead log, or by an earlier run): "earlier"."""
+    seen, findings = set(), []
+    for f in reported:
+        if f["fixture"] is None or f["fixture"] not in seen:
+            seen.add(f["fixture"])
+            findings.append({**f, "earlier": False})
+    for path in fixtures.discover(out / "fixtures"):
+        if str(path) not in seen:
+            meta = json.loads((path / "case.json").read_text())
+            message = f"{meta['observed'].get('message')}\nreplay: python -m difftest replay {path}"
+            findings.append({"impl": meta["impl"]["name"], "op": meta["case"]["op"], "message": message,
+                             "fixture": str(path), "earlier": True})
+    for f in findings:
+        f["kind"] = _kind(f["fixture"])
+    return findings
+
+
+def _kind(path):
+    try:
+        meta = json.loads((Path(path) / "case.json").read_text())
+        return meta.get("kind") or fixtures.kind_of(meta["observed"])
+    except (TypeError, OSError, ValueError, KeyError, AttributeError):  # no fixture (no --out) or unreadable
+        return None
+
+
+def run_campaign(args, out):
+    """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
+    workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
+    from . import campaign, report
+
+    for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
+        print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)
+    budget = args.time_budget if args.time_budget is not None else DEFAULT_BUDGET_S
+    t0 = time.monotonic()
+    ctx = multiprocessing.get_context("spawn")
+    queue, stop, received = ctx.Queue(), ctx.Event(), []
+    procs = [ctx.Process(target=_worker, args=(w, args, out, t0 + budget, queue, stop))
+             for w in range(args.workers)]
+
+    def on_signal(signum, frame):
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the spawned workers (see _worker)
+    try:
+        for p in procs:
+            p.start()
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        results = _collect(procs, queue, stop, received, t0, budget, out)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    errors = [e for _, e in results.values() if e]
+    findings = _findings([f for fs, _ in results.values() for f in fs], out)
     summary = summarize(out)
     summary.update(
         {
@@ -199,16 +311,19 @@ def cmd_fuzz(args):
             "seed": args.seed,
             "findings": findings,
             "worker_errors": errors,
+            "interrupted": received[0] if received else None,
         }
     )
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     rate = summary["cases"] / max(summary["seconds"], 1e-9)
     print(
         f"{summary['cases']} cases in {summary['seconds']} s ({rate:.0f}/s): {summary['status']}; "
         f"max passing error/bound {summary['max_ratio_passing']:.3g}; run directory {out}"
     )
     for f in findings:
-        print(f"FINDING [{f['op']}, {f['impl']}] {f['message']}")
+        earlier = ", earlier" if f["earlier"] else ""
+        print(f"FINDING [{f['op']}, {f['impl']}, {f['kind']}{earlier}] {f['message']}")
+    print(report.maybe_render(out))
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
     return 1 if findings else 0
@@ -229,34 +344,44 @@ def _fixture_paths(paths):
     return out
 
 
-def replay_fixture(fx, impl_refs=None):
-    """[(impl name, outcome, detail)] with outcome pass | fail | error | n/a; recorded impl first.
-    A spec whose output changed since recording comes first, as ("spec", "spec-changed", why)."""
-    from . import generate, impl_spec
-    from .check import run_case
+def replay_fixture(fx, impl_refs=None, timeout_s=None, first_timeout_s=None):
+    """[(impl name, outcome, detail)] with outcome pass | fail | error | crash | hang | n/a; recorded impl
+    first. A spec whose output changed since recording comes first, as ("spec", "spec-changed", why).
+    A may_crash implementation runs in an isolated worker, so a crash fixture replays as "crash"."""
+    from . import campaign, generate, impl_spec
 
     rows = []
+    recorded_sha = fx.meta["expected"]["sha256"]
     try:
         now = generate.digest(impl_spec.expected(fx.case, fx.inputs, fx.recipe))
-        if now != fx.meta["expected"]["sha256"]:
+        if now != recorded_sha:
             rows.append(("spec", "spec-changed", "the spec's expected output differs from the recorded one"))
     except CaseError as e:
-        rows.append(("spec", "spec-changed", f"the spec now refuses the case: {e}"))
+        if recorded_sha != generate.digest({}):  # recorded as refused by the spec: unchanged
+            rows.append(("spec", "spec-changed", f"the spec now refuses the case: {e}"))
     refs = [fx.impl_ref] + [r for r in (impl_refs or interface.names()) if r != fx.impl_ref]
-    for ref in refs:
+    with tempfile.TemporaryDirectory(prefix="difftest-replay-") as workdir:
+        runners = campaign.Runners(workdir, timeout_s, first_timeout_s)
         try:
-            impl = interface.load(ref)
-        except interface.ImplError as e:
-            rows.append((ref, "n/a", str(e)))
-            continue
-        reason = impl.available() or (None if fx.case.op in impl.ops else f"does not implement {fx.case.op}")
-        if reason:
-            rows.append((impl.name, "n/a", reason))
-            continue
-        r = run_case(impl, fx.case, fx.inputs)
-        outcome = {"skip": "n/a"}.get(r.status, r.status)
-        rows.append((impl.name, outcome, r.message))
+            for ref in refs:
+                rows.append(_replay_one(fx, ref, runners))
+        finally:
+            runners.close()
     return rows
+
+
+def _replay_one(fx, ref, runners):
+    from . import campaign
+
+    try:
+        impl = interface.load(ref)
+    except interface.ImplError as e:
+        return ref, "n/a", str(e)
+    reason = impl.available() or (None if fx.case.op in impl.ops else f"does not implement {fx.case.op}")
+    if reason:
+        return impl.name, "n/a", reason
+    r, kind, _ = campaign.run_classified(impl, fx.case, fx.inputs, runner=runners.get(impl, ref))
+    return impl.name, "n/a" if r.status == "skip" else REPLAY_OUTCOME.get(kind, "pass"), r.message
 
 
 def recorded_outcome(fx, rows):
@@ -265,18 +390,15 @@ def recorded_outcome(fx, rows):
 
 
 def expectation_met(fx, rows):
-    """No spec change; other implementations do not fail; the recorded one fails as recorded (open: the same
-    status, fail or error) or passes (fixed). An unavailable recorded implementation cannot contradict."""
+    """The spec is unchanged and every other implementation the case applies to passes (n/a: does not
+    apply); the recorded one fails as recorded when open (same kind: fail, error, crash or hang), passes when
+    fixed. An unavailable recorded implementation cannot contradict."""
     recorded = recorded_outcome(fx, rows)
-    if any(
-        outcome in ("spec-changed", "fail", "error")
-        for name, outcome, _ in rows
-        if recorded is None or name != recorded[0]
-    ):
+    if any(row[1] not in ("pass", "n/a") for row in rows if row is not recorded):
         return False
     if recorded is None or recorded[1] == "n/a":
         return True
-    return recorded[1] == (fx.meta["observed"]["status"] if fx.status == "open" else "pass")
+    return recorded[1] == (REPLAY_OUTCOME[fx.kind] if fx.status == "open" else "pass")
 
 
 def cmd_replay(args):
@@ -284,11 +406,11 @@ def cmd_replay(args):
     ok = True
     for p in paths:
         fx = fixtures.load(p)
-        rows = replay_fixture(fx, args.impl)
+        rows = replay_fixture(fx, args.impl, args.timeout, args.first_timeout)
         met = expectation_met(fx, rows)
         ok &= met
         print(
-            f"{fx.id} ({fx.status}, recorded with {fx.meta['impl']['name']}): "
+            f"{fx.id} ({fx.status} {fx.kind}, recorded with {fx.meta['impl']['name']}): "
             f"{'as recorded' if met else 'NOT as recorded'}"
         )
         for name, outcome, detail in rows:
@@ -323,8 +445,23 @@ def cmd_show(args):
     return 0
 
 
+def cmd_report(args):
+    from . import report
+
+    return report.main([args.run_dir] + ([] if args.top is None else ["--top", str(args.top)]))
+
+
+def _timeouts(p):
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="per-case limit for implementations that may crash or hang (default "
+                        "DIFFTEST_CASE_TIMEOUT or 120); past it the case is a hang finding")
+    p.add_argument("--first-timeout", type=float, metavar="SECONDS",
+                   help="limit for the first case of each fresh worker, which may JIT-build its kernel "
+                        "(default DIFFTEST_FIRST_CASE_TIMEOUT or 900)")
+
+
 def parser():
-    p = argparse.ArgumentParser(prog="python -m difftest", description=__doc__)
+    p = Parser(prog="python -m difftest", description=__doc__)
     sub = p.add_subparsers(dest="command")
     f = sub.add_parser(
         "fuzz", help="fuzz implementations against the spec (default: torch CPU + available GPUs)"
@@ -346,18 +483,25 @@ def parser():
     f.add_argument(
         "--db", help="shared Hypothesis example database directory (default DIFFTEST_DB or OUT/db)"
     )
+    _timeouts(f)
     r = sub.add_parser("replay", help="replay fixtures against every available implementation")
     r.add_argument("paths", nargs="+", help="fixture directories, or directories of fixtures")
     r.add_argument(
         "--impl", action="append", help="restrict to these implementations (plus the recorded one)"
     )
+    _timeouts(r)
+    rp = sub.add_parser("report", help="render RUN_DIR/report.html and report.json from a run directory")
+    rp.add_argument("run_dir", help="a run directory written by python -m difftest fuzz --out DIR")
+    rp.add_argument("--top", type=int, help="worst cases listed")
     sub.add_parser("impls", help="list implementations and why any is unavailable")
     s = sub.add_parser("show", help="a fixture's case, recipe and current diff")
     s.add_argument("fixture")
     return p
 
 
-COMMANDS = {"fuzz": cmd_fuzz, "replay": cmd_replay, "impls": cmd_impls, "show": cmd_show}
+COMMANDS = {
+    "fuzz": cmd_fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show
+}
 
 
 def main(argv=None):
@@ -367,10 +511,14 @@ def main(argv=None):
         argv = ["fuzz"]
     try:
         args = p.parse_args(argv)
-    except SystemExit as e:  # argparse printed its one-line usage error
+    except SystemExit as e:  # argparse printed its one-line error (or the help, code 0)
         return 2 if e.code else 0
+    if args.command in ("fuzz", "replay"):  # replay reads them too
+        _finite(args.timeout, "--timeout", 0, False)
+        _finite(args.first_timeout, "--first-timeout", 0, False)
     try:
         return COMMANDS[args.command](args)
-    except (UsageError, fixtures.FixtureError, interface.ImplError, CaseError) as e:
-        print(f"difftest: error: {e}", file=sys.stderr)
+    except (UsageError, fixtures.FixtureError, interface.ImplError, CaseError, ReportError, OSError) as e:
+        # OSError: an unreadable input or an unwritable run directory, named by the message
+        print(f"difftest: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2

@@ -3,7 +3,10 @@
 fixtures/<id>/
   case.json      schema, op, case (configuration, dist, seed), recipe, implementation (reference, name,
                  version), package versions, device, observed error/bound ratio and message, status
-                 ("open": must still fail as recorded; "fixed": must pass), provenance (free text, bug links)
+                 ("open": must still fail as recorded; "fixed": must pass), kind ("mismatch": outside the
+                 bound or wrong ids; "error": run() raised; "crash": the worker process died, observed
+                 holds the signal or exit status and the worker's last output; "hang": no answer within the
+                 timeout), provenance (free text, bug links)
   inputs.npz     the exact input bits (np.load(allow_pickle=False)); inputs over INLINE_LIMIT bytes are not
                  stored: case.json keeps their SHA-256 and replay regenerates and verifies them
   expected.npz   the spec's output at recording time under the recorded recipe (or only its SHA-256)
@@ -16,9 +19,12 @@ a FixtureError with one line naming the violated constraint.
 
 import io
 import json
+import os
 import platform
 import re
+import secrets
 import sys
+import zipfile
 from importlib import metadata
 from pathlib import Path
 from typing import NamedTuple
@@ -34,7 +40,13 @@ from .isolation import atomic_write_bytes, atomic_write_text, create_dir_exclusi
 SCHEMA = 1
 INLINE_LIMIT = 4 << 20  # bytes of inputs stored in inputs.npz; larger inputs: generator + seed + SHA-256
 STATUSES = ("open", "fixed")
+KINDS = ("mismatch", "error", "crash", "hang")
+MAX_JSON_BYTES = 1 << 20  # case.json of a real fixture is a few KB
+MAX_INPUT_ELEMENTS = 1 << 28  # declared inputs (1 GiB of float32): far above any fuzzed or preset case
+MAX_WEIGHT_ELEMENTS = 1 << 34  # regenerated one expert at a time; full DeepSeek-V3 is 1.1e10
+OUTPUT_TAIL_CHARS = 4000  # of a crashed worker's output kept in case.json
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+PARTIAL = ".partial-"  # a fixture directory being written
 PACKAGES = ("numpy", "torch", "hypothesis", "ml_dtypes", "flashinfer-python")
 KEYS = (
     "schema",
@@ -63,6 +75,7 @@ class Fixture(NamedTuple):
     case: Case
     impl_ref: str
     status: str
+    kind: str  # mismatch | error | crash | hang
     recipe: Recipe | None
     inputs: dict
     expected: dict | None  # stored spec output, or None when only its digest is stored
@@ -103,12 +116,24 @@ def fixture_id(case, impl_name):
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{case.op}-{impl_name}-{digest[:12]}")
 
 
-def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="open", provenance=""):
-    """Write fixtures/<id>/ atomically (each file tmp + os.replace, the directory created exclusively); return
-    its path. An existing fixture of the same (case, implementation) is kept, not overwritten."""
+def kind_of(observed):
+    """The kind when none is given: a bound violation or an exception (crashes and hangs are named)."""
+    return "mismatch" if observed.get("status") == "fail" else "error"
+
+
+def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="open", provenance="", kind=None,
+          id=None):
+    """Write fixtures/<id>/ atomically (each file tmp + os.replace, in a private directory renamed into
+    place); return its path. ``id`` names a curated fixture (default: op-impl-digest). An existing fixture
+    of the same id is kept, not overwritten."""
     if status not in STATUSES:
         raise FixtureError(f"status {status!r} is not one of {STATUSES}")
-    fid = fixture_id(case, impl.name)
+    kind = kind or kind_of(observed)
+    if kind not in KINDS:
+        raise FixtureError(f"kind {kind!r} is not one of {KINDS}")
+    fid = fixture_id(case, impl.name) if id is None else id
+    if not isinstance(fid, str) or not ID_RE.match(fid) or PARTIAL in fid:
+        raise FixtureError(f"id {fid!r} must match {ID_RE.pattern} (no path separators)")
     path = Path(root) / fid
     if (path / "case.json").exists():
         return path
@@ -117,6 +142,7 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
     meta = {
         "schema": SCHEMA,
         "id": fid,
+        "kind": kind,
         "case": case.to_dict(),
         "recipe": None if recipe is None else recipe.to_dict(),
         "impl": {"ref": impl_ref, "name": impl.name, "version": impl.version},
@@ -137,16 +163,19 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
         else {"generator": "difftest.generate.expert_weights", "sha256": weights_digest(case)},
         "expected": {"file": "expected.npz" if inline else None, "sha256": generate.digest(expected)},
     }
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        create_dir_exclusive(tmp)
-    except FileExistsError:  # another worker is recording the same finding
-        return path
+    # A private directory per writer: a writer killed half-way leaves only its own *.partial-* directory
+    # (ignored by discover), never one that blocks the next campaign from recording the same finding.
+    tmp = create_dir_exclusive(path.with_name(f"{fid}{PARTIAL}{os.getpid()}-{secrets.token_hex(3)}"))
     if inline:
         atomic_write_bytes(tmp / "inputs.npz", _npz_bytes(inputs))
         atomic_write_bytes(tmp / "expected.npz", _npz_bytes(expected))
     atomic_write_text(tmp / "case.json", json.dumps(meta, indent=1, sort_keys=True, allow_nan=False) + "\n")
-    tmp.rename(path)  # the fixture appears complete or not at all
+    try:
+        tmp.rename(path)  # the fixture appears complete or not at all
+    except OSError:  # another writer recorded the same finding first (the target is a non-empty directory)
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
     return path
 
 
@@ -169,24 +198,99 @@ def _fail(path, message):
     raise FixtureError(f"{path}: {message}")
 
 
-def _load_npz(path, file, names, like):
-    """Arrays of an npz file, exactly the names of `like`, each of its shape and dtype; no pickles."""
+def _regular_file(path, name):
+    """path/name, refused unless a regular file inside the fixture (a symlink could point anywhere)."""
+    f = path / name
+    if f.is_symlink():
+        _fail(path, f"{name} is a symlink (refused: fixtures are copied between machines)")
+    if not f.is_file():
+        _fail(path, f"no {name}")
+    return f
+
+
+READ_HEADER = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _unreadable(path, file, e):
+    line = str(e).splitlines()[0] if str(e) else ""
+    _fail(path, f"{file}: not a readable npz ({type(e).__name__}: {line})")
+
+
+def _npz_header(path, file, z, member):
+    """(name, dtype, shape) of one npz member, read from its .npy header without reading the data."""
+    name = member.filename[:-4] if member.filename.endswith(".npy") else None
+    if not name:
+        _fail(path, f"{file}: member {member.filename!r} is not an .npy array")
+    with z.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        if version not in READ_HEADER:
+            _fail(path, f"{file}: {name} has .npy format version {version}")
+        shape, _, dtype = READ_HEADER[version](f)
+    if dtype.hasobject:
+        _fail(path, f"{file}: {name} is an object array (object arrays / pickles are refused)")
+    if np.prod(shape, dtype=np.float64) * dtype.itemsize > member.file_size:
+        _fail(path, f"{file}: {name} declares {dtype} {shape}, more than its {member.file_size} bytes")
+    return name, dtype, shape
+
+
+def _load_npz(path, file, like):
+    """Arrays of an npz file; with ``like``, exactly its names, each of its shape and dtype. Headers are
+    checked before any data is read, so a hostile header cannot make us allocate or unpickle anything."""
+    npz = _regular_file(path, file)
+    # savez stores each array raw plus a header; expected outputs (float64) may be twice the inputs' size
+    limit = (4 * INLINE_LIMIT if like is None else sum(a.nbytes for a in like.values())) + (1 << 16)
     try:
-        with np.load(path / file, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except ValueError as e:
-        _fail(path, f"{file}: {str(e).splitlines()[0]} (object arrays / pickles are refused)")
-    except (OSError, EOFError) as e:
-        _fail(path, f"{file}: not a readable npz ({type(e).__name__}: {e})")
-    missing, extra = set(names) - set(arrays), set(arrays) - set(names)
-    if missing or extra:
-        _fail(path, f"{file}: arrays {sorted(arrays)} but expected {sorted(names)}")
-    for k, a in arrays.items():
-        if a.dtype.hasobject or a.shape != like[k].shape or a.dtype != like[k].dtype:
-            _fail(
-                path, f"{file}: {k} is {a.dtype} {a.shape} but the case needs {like[k].dtype} {like[k].shape}"
-            )
-    return arrays
+        if npz.stat().st_size > limit:
+            _fail(path, f"{file}: {npz.stat().st_size} bytes, more than the {limit} its arrays can take")
+        with zipfile.ZipFile(npz) as z:
+            members = z.infolist()
+            if sum(m.file_size for m in members) > limit:
+                _fail(path, f"{file}: members expand beyond {limit} bytes")
+            headers = [_npz_header(path, file, z, m) for m in members]
+    except FixtureError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, RuntimeError) as e:
+        _unreadable(path, file, e)
+    names = [n for n, _, _ in headers]
+    if len(set(names)) != len(names):
+        _fail(path, f"{file}: duplicate arrays in {sorted(names)}")
+    if like is not None:
+        if set(names) != set(like):
+            _fail(path, f"{file}: arrays {sorted(names)} but expected {sorted(like)}")
+        for k, dtype, shape in headers:
+            if shape != like[k].shape or dtype != like[k].dtype:
+                _fail(path, f"{file}: {k} is {dtype} {shape} but the case needs {like[k].dtype} "
+                            f"{like[k].shape}")
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, RuntimeError) as e:  # a corrupt body
+        _unreadable(path, file, e)
+
+
+def declared_elements(case):
+    """(input elements, expert weight elements) the case makes generate.py produce (upper bounds)."""
+    c = case.config
+    if case.op == "quant":
+        return c.num_tokens * c.hidden_size + 1, 0
+    r = c.routing if case.op == "moe" else c
+    routing = r.num_tokens * r.num_experts + r.num_experts
+    if case.op == "routing":
+        return routing, 0
+    n1 = 2 * c.intermediate_size if c.gated else c.intermediate_size
+    per_expert = n1 * c.hidden_size + c.hidden_size * c.intermediate_size
+    # 2: the scales never outnumber the weights they scale
+    return routing + r.num_tokens * c.hidden_size, 2 * r.num_experts * per_expert
+
+
+def _file_entry(path, meta, key, name):
+    """meta[key]: an object whose "file" is None or exactly ``name`` (never a path), with a sha256 string."""
+    entry = meta[key]
+    if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+        _fail(path, f"{key} must be an object with a sha256 string")
+    if entry.get("file") not in (None, name):
+        _fail(path, f"{key}.file {entry.get('file')!r} must be {name!r} or null (no other paths)")
+    return entry
 
 
 def load(path):
@@ -194,12 +298,15 @@ def load(path):
     path = Path(path)
     if path.name == "case.json":
         path = path.parent
-    if not (path / "case.json").is_file():
+    if not (path / "case.json").is_file() and not (path / "case.json").is_symlink():
         _fail(path, "no case.json (not a fixture directory)")
+    case_json = _regular_file(path, "case.json")
+    if case_json.stat().st_size > MAX_JSON_BYTES:
+        _fail(path, f"case.json is {case_json.stat().st_size} bytes (more than {MAX_JSON_BYTES})")
     try:
-        meta = json.loads((path / "case.json").read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        _fail(path, f"case.json is not valid JSON: {e}")
+        meta = json.loads(case_json.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        _fail(path, f"case.json is not valid JSON: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     if not isinstance(meta, dict):
         _fail(path, "case.json must hold a JSON object")
     if meta.get("schema") != SCHEMA:
@@ -212,34 +319,47 @@ def load(path):
         _fail(
             path, f"id {fid!r} must match {ID_RE.pattern} (no path separators) and equal the directory name"
         )
-    if meta["status"] not in STATUSES:
+    if not isinstance(meta["status"], str) or meta["status"] not in STATUSES:
         _fail(path, f"status {meta['status']!r} is not one of {STATUSES}")
+    observed = meta["observed"]
+    if not isinstance(observed, dict) or observed.get("status") not in ("fail", "error"):
+        _fail(path, "observed must be an object whose status is fail or error")
+    kind = meta.get("kind", kind_of(observed))  # fixtures written before kinds existed: derived
+    if not isinstance(kind, str) or kind not in KINDS:
+        _fail(path, f"kind {kind!r} is not one of {KINDS}")
     impl = meta["impl"]
-    if not isinstance(impl, dict) or not isinstance(impl.get("ref"), str) or not impl["ref"]:
-        _fail(path, "impl must be an object with a non-empty string ref")
+    if not isinstance(impl, dict) or not isinstance(impl.get("ref"), str) or not impl["ref"] \
+            or not isinstance(impl.get("name"), str):
+        _fail(path, "impl must be an object with non-empty string ref and a string name")
+    spec_in = _file_entry(path, meta, "inputs", "inputs.npz")
+    spec_out = _file_entry(path, meta, "expected", "expected.npz")
     try:
         case = Case.from_dict(meta["case"])
+        n_inputs, n_weights = declared_elements(case)
+        if n_inputs > MAX_INPUT_ELEMENTS or n_weights > MAX_WEIGHT_ELEMENTS:
+            _fail(path, f"case declares {n_inputs} input and {n_weights} weight elements "
+                        f"(limits {MAX_INPUT_ELEMENTS}, {MAX_WEIGHT_ELEMENTS})")
         recipe = None if meta["recipe"] is None else Recipe.from_dict(meta["recipe"])
         generated = generate.inputs(case)
-    except (CaseError, ValueError, TypeError) as e:
-        _fail(path, f"case: {e}")
-    spec_in = meta["inputs"]
-    if spec_in.get("file"):
-        inputs = _load_npz(path, spec_in["file"], generated, generated)
-    else:
-        inputs = generated
-    if generate.digest(inputs) != spec_in.get("sha256"):
+    except FixtureError:
+        raise
+    except (CaseError, ValueError, TypeError, KeyError, AttributeError) as e:
+        _fail(path, f"case: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    inputs = _load_npz(path, "inputs.npz", generated) if spec_in.get("file") else generated
+    if generate.digest(inputs) != spec_in["sha256"]:
         _fail(path, "inputs do not match their recorded SHA-256")
-    if case.op == "moe" and (meta["weights"] or {}).get("sha256") != weights_digest(case):
+    if case.op == "moe" and (not isinstance(meta["weights"], dict)
+                             or meta["weights"].get("sha256") != weights_digest(case)):
         _fail(path, "regenerated expert weights do not match their recorded SHA-256 (generator drift)")
-    expected = None
-    if meta["expected"].get("file"):
-        with np.load(path / meta["expected"]["file"], allow_pickle=False) as z:
-            expected = {k: z[k] for k in z.files}
-    return Fixture(path, fid, case, impl["ref"], meta["status"], recipe, inputs, expected, meta)
+    expected = _load_npz(path, "expected.npz", None) if spec_out.get("file") else None
+    if expected is not None and generate.digest(expected) != spec_out["sha256"]:
+        _fail(path, "expected.npz does not match its recorded SHA-256")
+    return Fixture(path, fid, case, impl["ref"], meta["status"], kind, recipe, inputs, expected, meta)
 
 
 def discover(root):
-    """Fixture directories under root (each holding a case.json), sorted."""
+    """Fixture directories under root (each holding a case.json), sorted; directories still being written
+    (or left half-written by a killed writer) are not fixtures."""
     root = Path(root)
-    return sorted(p.parent for p in root.glob("*/case.json")) if root.is_dir() else []
+    found = root.glob("*/case.json") if root.is_dir() else []
+    return sorted(p.parent for p in found if PARTIAL not in p.parent.name)

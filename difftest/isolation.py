@@ -4,7 +4,9 @@ An ``IsolatedRunner`` keeps one worker process per implementation, started with 
 (a forked child of a process with CUDA initialized is unusable). Only case JSON goes in: the worker
 rebuilds the implementation with ``difftest.interface.load(impl_ref)`` and the inputs with
 ``difftest.generate.inputs(case)``; outputs come back as npz bytes. A healthy worker serves case after
-case (a pipe round trip per case); after a crash or a hang it is replaced on the next case. ``run``
+case (a pipe round trip per case); after a crash or a hang it is replaced on the next case. The first
+case of each fresh worker may get a longer timeout (``first_timeout_s``): a JIT-compiled kernel is built
+on its first call, in that worker. ``run``
 returns an ``Outcome`` of kind
 
     ok     outputs is the dict of arrays
@@ -242,7 +244,8 @@ def _stop(proc, conn):
 
 
 def _positive(value, name):
-    if not (isinstance(value, (int, float)) and value > 0):
+    # finite: multiprocessing's wait() cannot take an infinite timeout
+    if not (isinstance(value, (int, float)) and 0 < value < float("inf")):
         raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(value)
 
@@ -250,11 +253,15 @@ def _positive(value, name):
 class IsolatedRunner:
     """``run(case)`` in a reusable worker process; crashes and hangs become ``Outcome``s."""
 
-    def __init__(self, impl_ref, timeout_s, workdir, *, startup_timeout_s=STARTUP_TIMEOUT_S):
+    def __init__(self, impl_ref, timeout_s, workdir, *, startup_timeout_s=STARTUP_TIMEOUT_S,
+                 first_timeout_s=None):
         if not isinstance(impl_ref, str) or not impl_ref:
             raise ValueError(f"impl_ref must be a non-empty implementation reference, got {impl_ref!r}")
         self.impl_ref = impl_ref
         self.timeout_s = _positive(timeout_s, "timeout_s")
+        first = None if first_timeout_s is None else _positive(first_timeout_s, "first_timeout_s")
+        self.first_timeout_s = first  # None: the first case gets the same timeout as the others
+        self._fresh = True  # the worker has not run a case yet
         self.startup_timeout_s = _positive(startup_timeout_s, "startup_timeout_s")
         self.workdir = Path(workdir).absolute()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +298,7 @@ class IsolatedRunner:
             _stop(proc, conn)
             raise WorkerStartError(f"worker could not load {self.impl_ref}: {_first_line(payload.decode())}")
         self.name = payload.decode()
-        self._proc, self._conn = proc, conn
+        self._proc, self._conn, self._fresh = proc, conn, True
         self._finalizer = weakref.finalize(self, _stop, proc, conn)  # at exit, before multiprocessing joins
 
     def _log_size(self):
@@ -319,6 +326,9 @@ class IsolatedRunner:
         timeout = self.timeout_s if timeout_s is None else _positive(timeout_s, "timeout_s")
         if self._proc is None:
             self._start()
+        if self._fresh and self.first_timeout_s is not None:
+            timeout = max(timeout, self.first_timeout_s)
+        self._fresh = False
         offset = self._log_size()
         seq = self._wal.start(case, self._proc.pid)
         try:
@@ -458,11 +468,16 @@ def _dead_logs(run_dir, lock):
             f.close()
 
 
+def pending(run_dir):
+    """[(impl_ref, case, worker_pid)] started but never finished by runners that died."""
+    with _dead_logs(run_dir, fcntl.LOCK_SH) as logs:
+        return [(e["impl"], Case.from_dict(e["case"]), e["worker_pid"])
+                for _, f in logs for e in _pending_entries(f)]
+
+
 def pending_cases(run_dir, impl_ref=None):
     """Cases started but never finished by runners that died (optionally only those of ``impl_ref``)."""
-    with _dead_logs(run_dir, fcntl.LOCK_SH) as logs:
-        return [Case.from_dict(e["case"]) for _, f in logs for e in _pending_entries(f)
-                if impl_ref in (None, e["impl"])]
+    return [case for ref, case, _ in pending(run_dir) if impl_ref in (None, ref)]
 
 
 def settle_pending(run_dir, cases, impl_ref=None):

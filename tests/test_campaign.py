@@ -3,6 +3,7 @@ slice); pytest-xdist spreads the cells over workers (GPU workers pinned in conft
 the loaded profile's max_examples (DIFFTEST_PROFILE; DIFFTEST_DB shares the example database).
 Also: a deliberately broken copy of torch is found, shrunk, recorded and replayed."""
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,8 @@ def test_crashing_plugin_is_isolated_found_and_recorded(tmp_path):
         fixtures_root=tmp_path / "fixtures",
         hypothesis_settings=settings(max_examples=60, database=None, derandomize=True),
     )
-    assert res.finding is not None and "crash" in res.finding, res.finding
+    assert res.finding is not None and "crash: worker killed by SIGABRT" in res.finding, res.finding
     fx = fixtures.load(res.fixture)
-    assert fx.case.config.num_tokens == 3 and fx.meta["observed"]["status"] == "error"  # shrunk to the edge
+    assert (fx.kind, fx.meta["observed"]["signal"]) == ("crash", signal.SIGABRT)
+    assert "Fatal Python error: Aborted" in fx.meta["observed"]["output_tail"]
+    assert fx.case.config.num_tokens == 3  # shrunk to the edge (within CRASH_SHRINK_S)

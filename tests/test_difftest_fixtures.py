@@ -68,9 +68,10 @@ def test_fixed_fixture_that_fails_is_not_as_recorded(tmp_path):
 
 
 def test_spec_change_is_flagged(k1):
-    meta = json.loads((k1 / "case.json").read_text())
-    meta["expected"]["sha256"] = "0" * 64
-    (k1 / "case.json").write_text(json.dumps(meta))
+    # a consistent fixture whose recorded spec output differs from what the spec computes now
+    changed = {k: v + 1 if v.dtype.kind == "f" else v for k, v in fixtures.load(k1).expected.items()}
+    np.savez(k1 / "expected.npz", **changed)
+    _edit_json(k1, lambda m: m["expected"].update(sha256=generate.digest(changed)))
     rows = cli.replay_fixture(fixtures.load(k1), ["torch"])
     assert rows[0][:2] == ("spec", "spec-changed")
     assert not cli.expectation_met(fixtures.load(k1), rows)
@@ -110,7 +111,51 @@ BAD = {
         "SHA-256",
     ),
     "bad case": (lambda p: _edit_json(p, lambda m: m["case"]["config"].update(top_k=99)), "top_k=99"),
+    "kind": (lambda p: _edit_json(p, lambda m: m.update(kind="meltdown")), "kind 'meltdown'"),
+    "file path": (
+        lambda p: _edit_json(p, lambda m: m["inputs"].update(file="../../etc/passwd")), "no other paths"
+    ),
+    "symlink outside": (lambda p: _symlink(p / "inputs.npz", "/etc/passwd"), "inputs.npz is a symlink"),
+    "symlinked case.json": (lambda p: _symlink(p / "case.json", "/etc/hostname"), "case.json is a symlink"),
+    "huge declared size": (
+        lambda p: _edit_json(p, lambda m: m["case"]["config"].update(num_tokens=10**12)),
+        "case declares 8000000000008 input",
+    ),
+    "huge npz header": (lambda p: _huge_header(p / "inputs.npz"), "declares float32 \\(1000000000000,\\)"),
+    "truncated npz": (lambda p: _truncate(p / "inputs.npz"), "inputs.npz: not a readable npz"),
+    "pickle in expected": (
+        lambda p: np.savez(p / "expected.npz", ids=np.array([{"x": 1}], dtype=object)),
+        "expected.npz: ids is an object array",
+    ),
+    "expected tampered": (
+        lambda p: np.savez(p / "expected.npz", **{k: v + 1 for k, v in np.load(p / "expected.npz").items()}),
+        "expected.npz does not match its recorded SHA-256",
+    ),
+    "observed": (lambda p: _edit_json(p, lambda m: m.update(observed=[])), "observed must be an object"),
 }
+
+
+def _symlink(path, target):
+    path.unlink()
+    path.symlink_to(target)
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _huge_header(path):
+    """An npz whose logits header declares 10^12 float32 (4 TB): refused from the header, nothing read."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)})
+    bias = io.BytesIO()
+    np.save(bias, generate.inputs(CASE)["bias"])
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("logits.npy", header.getvalue() + b"\0" * 64)
+        z.writestr("bias.npy", bias.getvalue())
 
 
 @pytest.mark.parametrize("name", BAD)
@@ -120,6 +165,35 @@ def test_bad_fixture_is_a_one_line_error(k1, name):
     with pytest.raises(fixtures.FixtureError, match=message) as e:
         fixtures.load(k1)
     assert "\n" not in str(e.value)
+
+
+def test_curated_id_is_used_and_validated(tmp_path):
+    impl = bug_models.DEEPSEEK_BIASED_WEIGHTS
+    r = check.run_case(impl, CASE)
+    args = (CASE, K1, impl, None, {"status": r.status, "ratio": r.ratio, "message": r.message}, {})
+    path = fixtures.write(tmp_path, *args, id="K01_deepseek_biased_weights")
+    assert path.name == "K01_deepseek_biased_weights" and fixtures.load(path).kind == "mismatch"
+    for bad in ("../K01", "a/b", ".hidden", "", "K01.partial-1"):
+        with pytest.raises(fixtures.FixtureError, match="must match"):
+            fixtures.write(tmp_path, *args, id=bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["K01_deepseek_biased_weights"]
+
+
+def test_half_written_fixture_is_not_discovered_and_does_not_block(k1):
+    stale = k1.parent / f"{k1.name}.partial-99999-abc"  # a writer killed before its rename
+    shutil.copytree(k1, stale)
+    shutil.rmtree(k1)
+    assert fixtures.discover(k1.parent) == []
+    assert record(k1.parent) == k1 and fixtures.discover(k1.parent) == [k1]
+
+
+def test_open_fixture_failed_by_a_correct_implementation_is_not_as_recorded(k1):
+    # RSF_TWICE stands in for an implementation believed correct that fails this case too
+    rows = cli.replay_fixture(fixtures.load(k1), ["torch", "difftest.bug_models:RSF_TWICE"])
+    assert ("bug:rsf_twice", "fail") in [r[:2] for r in rows]
+    assert not cli.expectation_met(fixtures.load(k1), rows)
+    r = run_cli("replay", str(k1), "--impl", "difftest.bug_models:RSF_TWICE")
+    assert r.returncode == 1 and "NOT as recorded" in r.stdout, r.stdout + r.stderr
 
 
 def test_cli_exit_codes(k1, tmp_path):
