@@ -1,4 +1,4 @@
-"""`python -m difftest`: fuzz, replay, report, impls, show. Exit codes: 0 clean, 1 findings, 2 usage or bad
+"""`python -m difftest`: fuzz, replay, report, impls, show, mutants. Exit codes: 0 clean, 1 findings, 2 usage or bad
 input (one line on stderr, no traceback; nothing run, nothing written)."""
 
 import argparse
@@ -277,6 +277,8 @@ def run_campaign(args, out):
     for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
         print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)
     budget = args.time_budget if args.time_budget is not None else DEFAULT_BUDGET_S
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")  # spawned workers inherit it: one pool per core, not one per worker
     t0 = time.monotonic()
     ctx = multiprocessing.get_context("spawn")
     queue, stop, received = ctx.Queue(), ctx.Event(), []
@@ -509,6 +511,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         argv = ["fuzz"]
+    if argv[0] == "mutants":  # its own parser: the mutation self-test (difftest/mutants.py)
+        from . import mutants
+
+        return mutants.main(argv[1:])
     try:
         args = p.parse_args(argv)
     except SystemExit as e:  # argparse printed its one-line error (or the help, code 0)

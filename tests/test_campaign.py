@@ -3,6 +3,7 @@ slice); pytest-xdist spreads the cells over workers (GPU workers pinned in conft
 the loaded profile's max_examples (DIFFTEST_PROFILE; DIFFTEST_DB shares the example database).
 Also: a deliberately broken copy of torch is found, shrunk, recorded and replayed."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -18,9 +19,16 @@ SLICES = [(op, label) for op in ("routing", "quant", "moe") for label, _ in camp
 pytestmark = pytest.mark.campaign
 
 
+def _selected():
+    """DIFFTEST_IMPLS (comma-separated names or module:NAME / file.py:NAME references) picks the implementations
+    under test, as array-api-tests' ARRAY_API_TESTS_MODULE does; default: every known one."""
+    chosen = os.environ.get("DIFFTEST_IMPLS")
+    return [r.strip() for r in chosen.split(",") if r.strip()] if chosen else interface.names()
+
+
 def _cells():
-    """Every slice of every available implementation; one skipped cell (with reason) per unavailable one."""
-    for name in interface.names():
+    """Every slice of every selected implementation; one skipped cell (with reason) per unavailable one."""
+    for name in _selected():
         if name == "spec":
             continue
         try:
