@@ -265,12 +265,12 @@ def _ue8m0_quant(case, inputs, scale):
 
 
 def _k14_run(case, inputs):
-    """K14 (the frexpf variant of the K14 entry, onnxruntime PR #32122 review): ue8m0 scale 2^e with
-    (m, e) = frexp(s), m in [0.5, 1): right for every s but an exact power of two, which it doubles."""
+    """K14 (sglang #29954, DeepGEMM ceil_to_ue8m0): ue8m0 scale 2^ceil(log2(s)) in fp32. One fp32 ulp above
+    2^k, log2 rounds to exactly k, so the scale is 2^k instead of 2^(k+1) and x/s overflows 448."""
 
     def scale(amax):
         s = te_quant.group_scale(amax.clamp_min(1e-10), case.config.scale_formula)
-        return torch.ldexp(torch.ones_like(s), torch.frexp(s).exponent)
+        return torch.exp2(torch.ceil(torch.log2(s)))
 
     return _ue8m0_quant(case, inputs, scale)
 
@@ -302,7 +302,7 @@ K10 = _model("K10_double_offset_subtraction", ("moe",), _k10_run)
 K11 = _model("K11_gated_interleave_on_relu2", ("moe",), _k11_run)
 K12 = _model("K12_gate_up_read_as_up_gate", ("moe",), _k12_run)
 K13 = _model("K13_tile192_scale_layout", ("moe",), _k13_run)
-K14 = _model("K14_frexp_ue8m0", ("quant",), _k14_run)
+K14 = _model("K14_log2_ue8m0", ("quant",), _k14_run)
 K15 = _model("K15_scale_floor_before_ue8m0", ("quant",), _k15_run)
 
 
@@ -459,13 +459,12 @@ BUGS = (
     ),
     _bug(
         "K14",
-        "ue8m0 scales of groups whose amax / 448 is an exact power of two are not doubled",
+        "ue8m0 scales of groups whose amax / 448 lies one fp32 ulp above a power of two are rounded up",
         "quant",
-        QuantConfig("fp8_group", 4, 512, scale_fmt="ue8m0"),
+        QuantConfig("fp8_group", 4, 512, input_dtype="fp32", scale_fmt="ue8m0"),
         "pow2_edge",
         0,
-        "sgl-project/sglang issue #29954 and PR #29956 (2026-07-02); deepseek-ai/DeepGEMM issue #309; "
-        "microsoft/onnxruntime PR #32122 (review: frexpf doubles exact powers of two)",
+        "sgl-project/sglang issue #29954 and PR #29956 (2026-07-02); deepseek-ai/DeepGEMM issue #309",
     ),
     _bug(
         "K15",

@@ -234,11 +234,12 @@ def mxfp8_dequant(q, scales):
     return E4M3_VALUES[q] * np.repeat(decode(scales, E8M0), MX_BLOCK, axis=-1)
 
 
-def nvfp4_global_scale(x):
-    """gs = fl(448·6 / amax(x)) over the whole tensor (FlashInfer, ModelOpt); amax ignores NaN, is > 0."""
-    amax = _amax(_fp32_values(x, "x").ravel())
-    if not (amax > 0 and np.isfinite(amax)):
-        raise ValueError(f"nvfp4_global_scale: amax={amax} must be positive and finite")
+def nvfp4_global_scale(x, eps=1e-10):
+    """gs = fl(448·6 / max(amax(x), eps)) over the whole tensor (FlashInfer, ModelOpt); amax ignores NaN. The
+    eps floor of the FP8 quantizers (TRT-LLM PR #17635 clamps amax at 1e-10) keeps tiny and zero rows finite."""
+    amax = np.maximum(_amax(_fp32_values(x, "x").ravel()), np.float32(eps))
+    if not np.isfinite(amax):
+        raise ValueError(f"nvfp4_global_scale: amax={amax} must be finite")
     return np.float32(FP8_MAX * np.float32(E2M1.max)) / amax
 
 

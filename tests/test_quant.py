@@ -460,8 +460,11 @@ def test_nvfp4_hand_example():
 def test_nvfp4_global_scale():
     assert nvfp4_global_scale(np.array([[1.0, -2688.0]], np.float32)) == 1.0
     assert nvfp4_global_scale(np.array([[7.0, np.nan]], np.float32)) == np.float32(384.0)
+    floor = np.float32(448 * 6) / np.float32(1e-10)  # amax floored at eps: zero and tiny rows stay finite
+    assert nvfp4_global_scale(np.zeros((1, 16), np.float32)) == floor
+    assert nvfp4_global_scale(np.full((1, 16), 1e-13, np.float32)) == floor
     with pytest.raises(ValueError, match="amax"):
-        nvfp4_global_scale(np.zeros((1, 16), np.float32))
+        nvfp4_global_scale(np.array([[np.inf]], np.float32))
 
 
 @given(x=st.lists(st.floats(-3e4, 3e4, width=32), min_size=64, max_size=64).map(

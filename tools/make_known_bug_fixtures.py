@@ -42,7 +42,7 @@ def record(root, bug):
     expected = impl_spec.expected(bug.case, generate.inputs(bug.case), recipe)
     return fixtures.write(root, bug.case, f"{MODULE}:{bug.model}", model, recipe,
                           {"status": r.status, "ratio": r.ratio, "message": r.message}, expected,
-                          status="open", provenance=provenance(bug))
+                          status="open", provenance=provenance(bug), id=model.name.split(":", 1)[1])
 
 
 def remove_stale(root, keep):
