@@ -24,11 +24,11 @@ from .quant import (
     FP8_MAX,
     MX_BLOCK,
     NVFP4_BLOCK,
+    RCP448,
     block_scaled_gemm,
     mxfp8_quant,
     nvfp4_global_scale,
     nvfp4_quant,
-    RCP448,
     per_token_group_quant_fp8,
 )
 from .recipes import Recipe

@@ -26,8 +26,9 @@ class Recipe:
     Routing: logits are materialized in ``logits``; the correction bias is read as ``bias``; the
     sigmoid is ``exact`` (fp32 rounding of the true value) or ``expf`` (``1/(1+fl(exp(-x)))`` in fp32,
     which underflows to 0 below x ≈ -88.7); weights are written in ``routing_weights``;
-    ``renorm_order`` is ``w/(Σ+eps)·rsf`` or ``w·rsf/(Σ+eps)`` (trtllm-gen). Sigmoid ``tanh`` is ``0.5·tanhf(0.5x) + 0.5``
-    (fused_topk_deepseek) with tanhf correctly rounded; it is exactly 0 below x ≈ -18.02 (tanhf = -1).
+    ``renorm_order`` is ``w/(Σ+eps)·rsf`` or ``w·rsf/(Σ+eps)`` (trtllm-gen). Sigmoid ``tanh`` is
+    ``0.5·tanhf(0.5x) + 0.5`` (fused_topk_deepseek) with tanhf correctly rounded; it is exactly 0 below
+    x ≈ -18.02 (tanhf = -1).
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
     ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8`` keeps about 14 significant
     bits inside each 128-wide K block, then promotes to fp32); the intermediate is re-quantized before

@@ -11,7 +11,8 @@ divisions. ``ideal=True`` evaluates the same formulas in float64 with no roundin
 the recipe's rounding choices (``bias_dtype``, ``sigmoid``, ``weights_dtype``, ``renorm_order``) do not
 apply there. Sigmoid ``"exact"`` is the float64 value rounded once to fp32, hence 0 below
 x = -150 ln 2 ≈ -103.97; ``"expf"`` is 1/(1 + fl(exp(-x))) in fp32, which is 0 once exp(-x) overflows,
-below x ≈ -88.72; ``"tanh"`` is 0.5·fl(tanh(0.5x)) + 0.5 in fp32 (fused_topk_deepseek), 0 below x ≈ -18.02. When every selected sigmoid is 0 the renormalizing eps decides: 0/(0 + 0) = NaN,
+below x ≈ -88.72; ``"tanh"`` is 0.5·fl(tanh(0.5x)) + 0.5 in fp32 (fused_topk_deepseek), 0 below
+x ≈ -18.02. When every selected sigmoid is 0 the renormalizing eps decides: 0/(0 + 0) = NaN,
 0/(0 + 1e-20) = 0.
 
 Ties. Selection is a stable sort on -key: equal keys → lower expert index first, equal group scores →
