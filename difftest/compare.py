@@ -27,6 +27,7 @@ U32 = FP32.unit_roundoff
 SOFTMAX_KEYS = ("default", "renormalize_naive", "deepseek_v2")
 SIGMOID_KEYS = ("deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")
 RAW_KEYS = ("renormalize", "topk", "llama4", "topk_sigmoid")
+TANH_APPROX_REL = 2.0**-11  # PTX ISA tanh.approx.f32 max relative error (recipe sigmoid "tanh"; bounds.routing_weights)
 
 
 class Verdict(NamedTuple):
@@ -106,6 +107,8 @@ def keys64(config, inputs, recipe):
     else:
         keys = _sigmoid64(x)
         dkey = c_sigmoid * U32 * keys + FP32.min_normal
+        if recipe is not None and recipe.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
+            dkey = U32 * keys + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal
         if "bias" in inputs:
             b = inputs["bias"].astype(np.float64)
             if recipe is not None and recipe.bias != "fp32":
@@ -201,11 +204,18 @@ def underflow_term(config, inputs, ids, recipe):
     return np.where(degenerate[:, None], np.inf, term), degenerate
 
 
-def weight_bound(config, recipe, w, vs_ideal=False):
+def weight_bound(config, recipe, w, vs_ideal=False, inputs=None, ids=None):
     """spec/bounds.py routing_weights: the hard bound between two implementations of `recipe`, plus the
-    recipe's own error vs the float64 ideal when comparing with the ideal (or when no recipe is declared)."""
-    e = bounds.routing_weights(w, recipe or impl_spec.DEFAULT, config.num_experts, config.top_k)
-    return e.hard + e.ideal if vs_ideal or recipe is None else e.hard
+    recipe's own error vs the float64 ideal when comparing with the ideal (or when no recipe is declared).
+    A "tanh" sigmoid needs the exact score sum at the weights' ids (`inputs`, `ids` [T, k])."""
+    vs_ideal, recipe = vs_ideal or recipe is None, recipe or impl_spec.DEFAULT
+    rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
+    score_sum = None
+    if recipe.sigmoid == "tanh" and ids is not None:
+        s, renorm = _ideal_scores(config, inputs, ids)
+        score_sum = s.sum(axis=-1, keepdims=True) + config.eps if renorm else None
+    e = bounds.routing_weights(w, recipe, config.num_experts, config.top_k, score_sum, rsf)
+    return e.hard + e.ideal if vs_ideal else e.hard
 
 
 def _valid_selection(t, ids, keys, gkeys, delta, gdelta, config):
@@ -276,7 +286,14 @@ def compare_routing(case, inputs, out, recipe, tag):
     order_i, order_s = np.argsort(ids[:, :k], axis=1), np.argsort(spec.ids[:, :k], axis=1)
     w_i = np.take_along_axis(w[:, :k], order_i, axis=1)[same]
     w_s = np.take_along_axis(spec.weights[:, :k], order_s, axis=1)[same]
-    verdicts = [v, elementwise("weights(by id)", w_i, w_s, weight_bound(c, recipe, w_s), tag)]
+    ids_s = np.sort(spec.ids[:, :k], axis=1)[same].astype(np.int64)
+    sub = {"logits": inputs["logits"][same]}
+    # Below the fp32 min normal both sides may each be underflow_term from the ideal (its relative part is in
+    # the hard bound): 2·term apart. Degenerate rows (the fp32 denominator may vanish) keep the recipe's bound.
+    absolute, degenerate = underflow_term(c, sub, ids_s, recipe)
+    absolute = np.where(degenerate[:, None], 0.0, 2 * absolute)
+    bound = weight_bound(c, recipe, w_s, inputs=sub, ids=ids_s) + absolute
+    verdicts = [v, elementwise("weights(by id)", w_i, w_s, bound, tag)]
     differ = np.flatnonzero(~same)
     if differ.size:  # near ties decided differently: weights against the float64 ideal at the own ids
         own = ids[differ, :k].astype(np.int64)
@@ -289,7 +306,7 @@ def compare_routing(case, inputs, out, recipe, tag):
                 f"weights(near-tie tokens {differ.tolist()[:4]}, vs ideal at own ids)",
                 np.where(sane, w[differ, :k], 0),
                 np.where(sane, ideal, 0),
-                np.where(sane, weight_bound(c, recipe, ideal, vs_ideal=True) + absolute, 0),
+                np.where(sane, weight_bound(c, recipe, ideal, True, sub, own) + absolute, 0),
                 tag,
             )
         )
@@ -304,7 +321,7 @@ def compare_routing(case, inputs, out, recipe, tag):
                     f"weights(degenerate near-tie tokens {t.tolist()[:4]}, vs recipe at own ids)",
                     w[t, :k],
                     want,
-                    weight_bound(c, recipe, want) + ulp,
+                    weight_bound(c, recipe, want, inputs=sub, ids=own[degenerate]) + ulp,
                     tag,
                 )
             )
@@ -401,15 +418,40 @@ def compare_moe(case, inputs, out, recipe, tag):
         hard = hard + bounds.bound_vs_ideal(spec, used)
     rows = keep[:, None]
     v = elementwise("out", np.where(rows, got, 0), np.where(rows, spec.out, 0), np.where(rows, hard, 0), tag)
-    # Rows whose fp32 routing degenerates (every selected score underflows: 0/0 = NaN, or 0/eps = 0) depart
-    # from the float64 ideal by design; implementations are held to the recipe there, the recipe is not.
-    sane = (np.isfinite(spec.weights).all(axis=1) & (spec.weights != 0).any(axis=1))[:, None]
-    ideal = layer_at(case, inputs, None, spec.ids[:, :k])
-    bound_ideal = bounds.bound_vs_ideal(spec, used)
-    v_ideal = elementwise("spec out (recipe) vs ideal", np.where(sane, spec.out, 0),
-                          np.where(sane, ideal.out, 0), np.where(sane, bound_ideal, 0),
-                          f"{case.op}, spec {used.name} vs ideal")
-    return worst(v, v_ideal)._replace(excluded=int((~keep).sum()))
+    v_ideal = recipe_vs_ideal(case, inputs, spec, used)
+    return worst(v, *v_ideal)._replace(excluded=int((~keep).sum()))
+
+
+def recipe_vs_ideal(case, inputs, spec, recipe):
+    """The spec's own recipe-exact layer vs the float64 ideal at the same ids, within bounds.bound_vs_ideal.
+
+    That bound carries the router weights' relative error (bounds.routing_weights). Rows where fp32 routing
+    leaves the relative model are not held to it: rows whose fp32 routing degenerates (every selected score
+    underflows: 0/0 = NaN, 0/eps = 0, or underflow_term's denominator may vanish), and rows where a weight's
+    absolute underflow allowance (underflow_term: subnormal scores, flushed expf sigmoids) exceeds its relative
+    ideal bound; a relative 2^-24 model would there claim e.g. 1e-40 for a renormalized weight built from
+    subnormal scores that fp32 holds to one bit. Those rows' weights are checked instead against the float64
+    ideal weights within the relative bound plus underflow_term (degenerate rows: not at all — implementations
+    are held to the recipe there, the recipe is not); the layer check keeps every other row."""
+    c, k = case.config.routing, case.config.routing.top_k
+    if case.config.rsf_placement == "combine":  # spec.weights then exclude rsf (applied at the combine)
+        c = replace(c, routed_scaling_factor=None)
+    tag = f"{case.op}, spec {recipe.name} vs ideal"
+    ids = spec.ids[:, :k].astype(np.int64)
+    want_w = ideal_weights(c, inputs, ids)
+    absolute, degenerate = underflow_term(c, inputs, ids, recipe)
+    rel = weight_bound(c, recipe, want_w, True, inputs, ids)
+    finite = np.isfinite(spec.weights).all(axis=1) & (spec.weights != 0).any(axis=1)
+    underflowing = degenerate | ~finite | (absolute > rel).any(axis=1)
+    sane = (~underflowing)[:, None]
+    ideal = layer_at(case, inputs, None, ids)
+    bound_ideal = bounds.bound_vs_ideal(spec, recipe)
+    v_out = elementwise("spec out (recipe) vs ideal", np.where(sane, spec.out, 0),
+                        np.where(sane, ideal.out, 0), np.where(sane, bound_ideal, 0), tag)
+    held = (underflowing & ~degenerate & finite)[:, None]
+    v_w = elementwise("spec weights (underflow rows) vs ideal", np.where(held, spec.weights[:, :k], 0),
+                      np.where(held, want_w, 0), np.where(held, rel + absolute, 0), tag)
+    return v_out, v_w
 
 
 def layer_at(case, inputs, recipe, ids):

@@ -182,6 +182,29 @@ PRESETS = {
 }
 QUANT_SCHEME = {"fp8_block": "fp8_group", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
+# FlashInfer mono_moe (impls/flashinfer/mono_moe.py): one fixed shape, always at its real sizes (the kernel
+# refuses any other), T ≤ 8, bf16 logits, no bias / groups / routed scaling, [gate; up] rows, block FP8.
+# Per-case spec cost is capped by the kernel's own limits: ≤ 8 tokens × top_k ≤ 8 experts, each expert's
+# weights generated on demand (≈ 4 s per case for recipe + ideal on one CPU core).
+MONO_MOE = "mono-moe"
+MONO_METHODS = ("renormalize", "default", "sigmoid_renorm", "sigmoid")
+MONO_MAX_TOKENS = int(os.environ.get("DIFFTEST_MONO_MAX_TOKENS", "8"))
+PRESETS[MONO_MOE] = Preset(
+    "renormalize",  # one of MONO_METHODS, drawn per case
+    256,
+    8,  # the largest top_k; 1..8 drawn
+    1,
+    1,
+    None,
+    False,
+    "swiglu",
+    "fp8_block",
+    2048,
+    512,
+    False,
+    "https://github.com/flashinfer-ai/flashinfer (0.7.2.post1 fused_moe/monomoe.py: E=256, I=512, H=2048, T<=8)",
+)
+
 
 def _scaled(size, limit, block):
     return size if MODEL_FULL else max(block, min(size, limit) // block * block)
@@ -236,10 +259,39 @@ def _quant(draw, p):
     )
 
 
+@st.composite
+def _mono_routing(draw, T):
+    return RoutingConfig(
+        method=draw(st.sampled_from(MONO_METHODS), label="method"),
+        num_tokens=draw(T, label="num_tokens"),
+        num_experts=PRESETS[MONO_MOE].num_experts,
+        top_k=draw(st.integers(1, PRESETS[MONO_MOE].top_k), label="top_k"),
+        renormalize=True,
+        eps=0.0,
+        logits_dtype="bf16",
+    )
+
+
+@st.composite
+def _mono_moe(draw):
+    p = PRESETS[MONO_MOE]
+    return MoEConfig(
+        routing=draw(_mono_routing(num_tokens(MONO_MAX_TOKENS))),
+        hidden_size=p.hidden_size,
+        intermediate_size=p.intermediate_size,
+        activation="swiglu",
+        half_order="gate_up",
+        quant="fp8_block",
+    )
+
+
 def configs(name, op):
     """Strategy of `op` configurations around preset `name`; None when the model has no such op (bf16: no
     quantizer)."""
     p = PRESETS[name]
+    if name == MONO_MOE:
+        mono = {"routing": _mono_routing(num_tokens(MONO_MAX_TOKENS)), "moe": _mono_moe()}
+        return mono.get(op, _quant(p) if op == "quant" else None)
     if op == "routing":
         return _routing(p, num_tokens())
     if op == "moe":

@@ -215,3 +215,60 @@ def test_wrong_weights_at_underflowing_near_ties_still_fail():
     cfg, seed = UNDERFLOW[0]
     r = check.run_case(impl(doubled), Case("routing", cfg, "underflow", seed))
     assert r.status == "fail" and "vs ideal at own ids" in r.message, r.message
+
+
+def test_same_id_subnormal_weights_get_the_underflow_allowance_and_no_more():
+    """torch-CUDA finding routing-torch-cuda-c8aaa583a44e: softmax weights ~1e-42 one subnormal spacing apart
+    pass; eight spacings (beyond 2·underflow_term = 2·(2η₀ softmax + 2η₀ divide, rsf + η₀ write) = 5 spacings)
+    still fail."""
+    cfg = RoutingConfig("renormalize_naive", 1, 60, 3)
+    logits = np.zeros((1, 60), np.float32)
+    logits[0, :2], logits[0, 2] = 100.0, 100.0 - 96.0  # third weight exp(-96) ≈ 2e-42, subnormal
+    case = Case("routing", cfg, "normal", 0)
+    spec = SPEC.run(case, {"logits": logits})
+
+    def nudged(spacings):
+        w = spec["weights"].copy()
+        w[0, 2] = np.float32(float(w[0, 2]) + spacings * 2.0**-149)
+        return {"ids": spec["ids"], "weights": w}
+
+    assert 1e-45 < spec["weights"][0, 2] < 2.0**-126
+    assert compare.compare_routing(case, {"logits": logits}, nudged(1), None, "t").ok
+    assert not compare.compare_routing(case, {"logits": logits}, nudged(8), None, "t").ok
+
+
+def test_tanh_sigmoid_keys_and_weights_carry_the_tanh_approx_error():
+    """Recipe sigmoid "tanh" (fused_topk_deepseek, tanh.approx.f32 ≤ 2^-11 relative): δ and the weight bound
+    carry η = 2^-12·|t| per sigmoid; the exact-sigmoid recipe does not; a weight 1e-3 off still fails."""
+    from spec.recipes import FUSED_TOPK_DEEPSEEK
+
+    cfg = RoutingConfig("deepseek_v3", 4, 16, 2, 4, 2, 1.0, renormalize=True, eps=1e-20)
+    x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(4, 16)
+    _, _, delta, _ = compare.keys64(cfg, {"logits": x}, FUSED_TOPK_DEEPSEEK)
+    _, _, delta_exact, _ = compare.keys64(cfg, {"logits": x}, None)
+    assert (delta > 2.0**-13 * np.tanh(0.5 * np.abs(x)).max(axis=1)).all() and (delta_exact < 1e-6).all()
+    ids = np.argsort(-x, axis=1)[:, :2]
+    w = compare.ideal_weights(cfg, {"logits": x}, ids)
+    tanh_b = compare.weight_bound(cfg, FUSED_TOPK_DEEPSEEK, w, inputs={"logits": x}, ids=ids)
+    exact_b = compare.weight_bound(cfg, None, w)
+    assert (tanh_b > 2.0**-12).all() and (exact_b < 1e-5).all() and (tanh_b < 4e-3).all()
+
+
+def test_spec_vs_ideal_excludes_only_underflowing_rows():
+    """The recipe-vs-ideal layer check skips rows built from subnormal scores (fixture
+    moe-torch-cuda-c3f4958df23a) but still fails a spec whose normal rows are off."""
+    case = Case("moe", MoEConfig(RoutingConfig("sigmoid_renorm", 3, 4, 2), 16, 16), "underflow", 0)
+    inputs = generate_inputs(case)
+    spec = impl_spec.layer(case, inputs, impl_spec.DEFAULT)
+    assert all(v.ok for v in compare.recipe_vs_ideal(case, inputs, spec, impl_spec.DEFAULT))
+    normal = Case("moe", MoEConfig(RoutingConfig("sigmoid_renorm", 3, 4, 2), 16, 16), "normal", 0)
+    inputs = generate_inputs(normal)
+    good = impl_spec.layer(normal, inputs, impl_spec.DEFAULT)
+    bad = good._replace(out=good.out * np.float32(1.2))
+    assert not compare.recipe_vs_ideal(normal, inputs, bad, impl_spec.DEFAULT)[0].ok
+
+
+def generate_inputs(case):
+    from difftest import generate
+
+    return generate.inputs(case)

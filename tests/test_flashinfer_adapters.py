@@ -172,3 +172,32 @@ def test_adapters_name_recipes_the_spec_defines():
 
     for name in ("fused_topk_deepseek", "mono_moe"):
         assert adapter(name).RECIPE in NAMED, name
+
+
+def test_fused_topk_refuses_zero_tokens_with_the_f4_reason():
+    from difftest.case import RoutingConfig
+    from impls.flashinfer import fused_topk_deepseek as ft
+
+    ok = RoutingConfig("deepseek_v3", 4, 256, 8, 8, 4, 2.5, renormalize=True, eps=ft.EPS)
+    assert ft.unsupported(ok) is None
+    reason = ft.unsupported(RoutingConfig("deepseek_v3", 0, 256, 8, 8, 4, 2.5, renormalize=True, eps=ft.EPS))
+    assert reason and "num_tokens=0" in reason and "zero_tokens" in reason
+
+
+def test_mono_moe_preset_draws_the_kernel_shape():
+    """`fuzz --model mono-moe` draws E=256, I=512, H=2048, T <= 8; only T = 0 is refused (by the adapter)."""
+    from hypothesis import given, settings
+
+    from difftest import presets
+    from impls.flashinfer import mono_moe
+
+    reasons = []
+
+    @settings(max_examples=40, database=None, deadline=None)
+    @given(presets.configs("mono-moe", "moe"))
+    def draw(c):
+        reasons.append(mono_moe.unsupported(c))
+        assert (c.routing.num_experts, c.intermediate_size, c.hidden_size) == (256, 512, 2048)
+
+    draw()
+    assert None in reasons and set(reasons) <= {None, "num_tokens=0 outside 1..8"}
