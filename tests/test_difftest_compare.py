@@ -272,3 +272,8 @@ def generate_inputs(case):
     from difftest import generate
 
     return generate.inputs(case)
+
+
+def test_e4m3_nan_sign_is_free_but_other_bits_are_not():
+    codes = np.array([0x7F, 0xFF, 0x7E, 0xFE, 0x00, 0x80], np.uint8)
+    assert compare.nan_sign_free(codes).tolist() == [0x7F, 0x7F, 0x7E, 0xFE, 0x00, 0x80]
