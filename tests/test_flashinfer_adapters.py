@@ -6,11 +6,15 @@ import numpy as np
 import pytest
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
-                                reason="flashinfer-python not installed (pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
+                                reason="flashinfer-python not installed "
+                                "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
 torch = pytest.importorskip("torch")
 
-from impls.flashinfer import ADAPTERS, adapter  # noqa: E402
-from impls.flashinfer import _prep  # noqa: E402
+from impls.flashinfer import (  # noqa: E402
+    ADAPTERS,
+    _prep,  # noqa: E402
+    adapter,
+)
 
 
 def rows(M, K=4):

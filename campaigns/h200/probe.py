@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
+
 from impls.flashinfer import adapter  # noqa: E402
 
 GROUP_CONFIGS = ((256, 16, 4, 1), (256, 16, 4, 8), (256, 32, 4, 4), (64, 8, 8, 8), (128, 8, 6, 8), (256, 8, 4, 8))
@@ -61,7 +62,7 @@ def mono_repeat(mm, seeds=range(24), reps=6):
                 weights)
         kw = dict(top_k=cfg["top_k"], scoring_func=cfg["scoring"], renormalize=cfg["renormalize"])
         outs.append(np.stack([mm.mono_moe(*args, **kw).float().cpu().numpy() for _ in range(reps)]))
-    return {f"s{s}": o for s, o in zip(seeds, outs)}
+    return {f"s{s}": o for s, o in zip(seeds, outs, strict=True)}
 
 
 def main(out):

@@ -16,6 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
+
 from impls.flashinfer import ADAPTERS, adapter  # noqa: E402
 
 

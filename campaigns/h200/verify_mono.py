@@ -15,6 +15,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
+
 from spec.layer import StackedWeights, moe_layer  # noqa: E402
 from spec.recipes import MONO_MOE  # noqa: E402
 

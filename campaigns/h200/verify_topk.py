@@ -61,7 +61,7 @@ def round_out(w64, dtype):
 def main(run):
     rec = np.load(Path(run) / "topk.npz")
     n = len(rec["offsets"]) - 1
-    worst, ratios, id_exact, id_tie, findings = 0.0, [], 0, 0, []
+    ratios, id_exact, id_tie, findings = [], 0, 0, []
     for seed in range(n):
         cfg, logits, bias = cases.topk_case(seed)
         a, b = rec["offsets"][seed], rec["offsets"][seed + 1]

@@ -68,7 +68,8 @@ def _limits(E, n_group, topk_group, top_k):
 
 
 def fused_topk_deepseek(scores, bias, *, n_group, topk_group, top_k, routed_scaling_factor):
-    """scores [T, E] fp32|bf16 contiguous CUDA, bias [E] fp32|bf16 -> (weights [T, k] scores' dtype, ids [T, k] int32)."""
+    """scores [T, E] fp32|bf16 contiguous CUDA, bias [E] fp32|bf16
+    -> (weights [T, k] in the scores' dtype, ids [T, k] int32)."""
     import torch
     from flashinfer.fused_moe import fused_topk_deepseek as kernel
 

@@ -61,7 +61,8 @@ def unsupported(config):
     if r.bias_dtype is not None or r.routed_scaling_factor is not None or r.num_fused_shared_experts:
         return "no correction bias, routed scaling factor or fused shared experts"
     if c.quant != "fp8_block" or c.hidden_dtype != "bf16" or c.activation != "swiglu":
-        return f"quant={c.quant!r}, hidden_dtype={c.hidden_dtype!r}, activation={c.activation!r}: needs fp8_block, bf16, swiglu"
+        return (f"quant={c.quant!r}, hidden_dtype={c.hidden_dtype!r}, activation={c.activation!r}: "
+                "needs fp8_block, bf16, swiglu")
     if c.local_expert_offset != 0 or c.local_num_experts not in (None, E):
         return "expert parallelism is not supported"
     if c.rsf_placement != "routing" or c.router_weight_on_input:
@@ -137,7 +138,7 @@ _prepared = []  # [(numpy arrays, prepared tensors)]: the last weights, kept whi
 def run(config, inputs, device="cuda"):
     """inputs {"hidden", "logits", "w13", "w13_scale", "w2", "w2_scale"} (numpy) -> {"out" [T, H] float32}."""
     arrays = tuple(inputs[k] for k in ("w13", "w13_scale", "w2", "w2_scale"))
-    if not (_prepared and all(a is b for a, b in zip(_prepared[0][0], arrays))):
+    if not (_prepared and all(a is b for a, b in zip(_prepared[0][0], arrays, strict=True))):
         _prepared[:] = [(arrays, prepare_weights(*arrays, half_order=config.half_order, device=device))]
     scoring_func, renormalize = SCORING[config.routing.method]
     out = mono_moe(to_torch(inputs["hidden"], "bf16", device), to_torch(inputs["logits"], "bf16", device),

@@ -41,7 +41,8 @@ def prepare_weights(w13, w2, *, gated=True, half_order="gate_up"):
 def trtllm_bf16_moe(logits, bias, hidden, gemm1_weights, gemm2_weights, config):
     """hidden [T, H] bf16 contiguous; weights from prepare_weights; -> out [T, H] bf16."""
     import torch
-    from flashinfer.fused_moe import WeightLayout, trtllm_bf16_moe as kernel
+    from flashinfer.fused_moe import WeightLayout
+    from flashinfer.fused_moe import trtllm_bf16_moe as kernel
 
     if hidden.dtype != torch.bfloat16 or not hidden.is_contiguous():
         raise ValueError("hidden_states must be contiguous bfloat16")

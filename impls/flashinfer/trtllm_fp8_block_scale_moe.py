@@ -48,7 +48,8 @@ def prepare_weights(w13, w13_scale, w2, w2_scale, *, half_order="gate_up"):
 def trtllm_fp8_block_scale_moe(logits, bias, hidden_q, hidden_scale_col_major, weights, config):
     """hidden_q e4m3 [T, H]; scales [T, H/128] column-major; weights from prepare_weights -> out [T, H] bf16."""
     import torch
-    from flashinfer.fused_moe import Fp8QuantizationType, WeightLayout, trtllm_fp8_block_scale_moe as kernel
+    from flashinfer.fused_moe import Fp8QuantizationType, WeightLayout
+    from flashinfer.fused_moe import trtllm_fp8_block_scale_moe as kernel
 
     T, H = hidden_q.shape
     if hidden_q.dtype != torch.float8_e4m3fn or not hidden_q.is_contiguous():
@@ -57,7 +58,8 @@ def trtllm_fp8_block_scale_moe(logits, bias, hidden_q, hidden_scale_col_major, w
         raise ValueError(f"K % 128: hidden_size={H} and intermediate_size={config.intermediate_size} "
                          "must be multiples of 128")
     if hidden_scale_col_major.shape != (T, H // 128):
-        raise ValueError(f"hidden scales must be [T, H/128]=[{T}, {H // 128}], got {list(hidden_scale_col_major.shape)}")
+        raise ValueError(f"hidden scales must be [T, H/128]=[{T}, {H // 128}], "
+                         f"got {list(hidden_scale_col_major.shape)}")
     w13, w13_scale, w2, w2_scale = weights
     return kernel(hidden_states=hidden_q, hidden_states_scale=transposed_hidden_scale(hidden_scale_col_major),
                   gemm1_weights=w13, gemm1_weights_scale=w13_scale, gemm2_weights=w2,
