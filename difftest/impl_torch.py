@@ -42,6 +42,12 @@ def recipe(case):
     return Recipe(**te.RECIPE[quant])
 
 
+def recipe_cuda(case):
+    """The same code on CUDA: kernels flush subnormals to zero (spec/recipes.py TORCH_EAGER_CUDA)."""
+    r = recipe(case)
+    return r.but(name=r.name.replace("torch_eager_", "torch_eager_cuda_"), subnormals="flush")
+
+
 def _expert_tensors(source, quant, device):
     fp8 = FP8_KEYS.get(quant, ())
 
@@ -139,7 +145,7 @@ def _cuda_reason():
     return None if torch.cuda.is_available() else "no CUDA device (torch.cuda.is_available() is False)"
 
 
-def _impl(name, device, available):
+def _impl(name, device, available, recipe=recipe):
     return Impl(
         name=name,
         version=f"torch {torch.__version__}",
@@ -154,4 +160,4 @@ def _impl(name, device, available):
 
 
 TORCH = _impl("torch", "cpu", lambda: None)
-TORCH_CUDA = _impl("torch-cuda", "cuda", _cuda_reason)
+TORCH_CUDA = _impl("torch-cuda", "cuda", _cuda_reason, recipe_cuda)

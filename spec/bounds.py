@@ -15,6 +15,15 @@ with |v' − v| ≤ δ, monotonicity of RNE gives R(v') ∈ [R(v − δ), R(v + 
 − R(v−δ)): zero unless v lies within δ of a rounding midpoint, one ulp there, and more only when δ exceeds an
 ulp. The same rule bounds FP8/FP4 re-quantization flips (one code × scale), with an interval for the scale
 when the group's amax can move.
+
+Flush-to-zero (Recipe.subnormals = "flush"). The implementation may store 0 instead of R(v') whenever its
+exact value v' is below the format's min normal N (FTZ before rounding; FTZ after rounding flushes only when
+|R(v')| < N, which by monotonicity of RNE (N representable) implies |v'| < N, so it is the same case). Some
+v' ∈ [v − δ, v + δ] has |v'| < N iff |v| − δ < N; there the stored value may be 0, at distance |r| from the
+spec's r. So hard = max(interval rule, |r|·[|v| − δ < N]) and likewise prob: no widening wherever |v| − δ ≥ N,
+so the bound stays tight away from zero. A subnormal stored by the implementation and read back as 0 (DAZ) is
+the same 0, already covered. Inputs of the layer are not stores: flushed_input adds |x| for 0 < |x| < N. The
+spec's own values stay IEEE (gradual underflow); only the bounds widen.
 """
 
 import math
@@ -95,14 +104,28 @@ def _interval_rounding(v, r, delta, fmt):
     return np.where(d > 0, np.maximum(hi, lo), 0.0)
 
 
-def rounded(v, r, e, fmt):
-    """r = round_to(v, fmt). hard/prob: the rounding rule; ideal: δ + u·|v| + min_subnormal/2."""
+def _flush(v, r, delta, fmt):
+    """|r| where an implementation's exact value within δ of v may be below min normal (FTZ may store 0), else 0."""
+    d = delta + 4 * U64 * np.abs(v)
+    return np.where(np.abs(v) - d < fmt.min_normal, np.abs(np.asarray(r, np.float64)), 0.0)
+
+
+def rounded(v, r, e, fmt, flush=False):
+    """r = round_to(v, fmt). hard/prob: the rounding rule; ideal: δ + u·|v| + min_subnormal/2. flush (the
+    recipe's subnormals == "flush"): at least |r| where |v| − δ < min_normal (module docstring, FTZ)."""
     f = as_format(fmt)
-    return Err(
-        _interval_rounding(v, r, e.hard, f),
-        _interval_rounding(v, r, e.prob, f),
-        e.ideal + f.unit_roundoff * np.abs(v) + f.min_subnormal / 2,
-    )
+    hard, prob = _interval_rounding(v, r, e.hard, f), _interval_rounding(v, r, e.prob, f)
+    if flush:
+        hard, prob = np.maximum(hard, _flush(v, r, e.hard, f)), np.maximum(prob, _flush(v, r, e.prob, f))
+    return Err(hard, prob, e.ideal + f.unit_roundoff * np.abs(v) + f.min_subnormal / 2)
+
+
+def flushed_input(x, e, min_normal=FP32.min_normal):
+    """An input read with DAZ: a subnormal (0 < |x| < min_normal; bf16 and fp32 share 2^-126) may be read as 0,
+    so hard and prob grow by |x| there; ideal is unchanged (the spec reads x)."""
+    x = np.abs(np.asarray(x, np.float64))
+    extra = np.where((x > 0) & (x < min_normal), x, 0.0)
+    return Err(e.hard + extra, e.prob + extra, e.ideal)
 
 
 def product(a, b, ea, eb, u=0.0):

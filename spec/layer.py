@@ -238,7 +238,7 @@ def _expert(x, ex, wt, ew, wd, c):
     if c.router_weight_on_input:  # on GEMM1's fp32 accumulator, = (x·w)·W13 (sem §4.4)
         h, eh = h * wt, eh and bounds.product(h, wt, eh, ew, bounds.U32)
     h1 = round_to(h, R.gemm1_out)
-    e1 = eh and bounds.rounded(h, h1, eh, R.gemm1_out)
+    e1 = eh and bounds.rounded(h, h1, eh, R.gemm1_out, R.subnormals == "flush")
     f = NONLINEARITY[c.activation]
     if gated:
         (g, up), (eg, eup) = split_halves(h1, c.half_order), _split(e1, c.half_order)
@@ -246,20 +246,21 @@ def _expert(x, ex, wt, ew, wd, c):
         g, up, eg = h1, None, e1
     fg = f(g)
     a = round_to(fg, R.act_compute)
-    ea = eg and bounds.rounded(fg, a, bounds.nonlinear(f.__name__, g, fg, eg), R.act_compute)
+    ea = eg and bounds.rounded(fg, a, bounds.nonlinear(f.__name__, g, fg, eg), R.act_compute,
+                               R.subnormals == "flush")
     if gated:
         p = a * up
         ep = ea and bounds.product(a, up, ea, eup)
         a = round_to(p, R.act_compute)
-        ea = ep and bounds.rounded(p, a, ep, R.act_compute)
+        ea = ep and bounds.rounded(p, a, ep, R.act_compute, R.subnormals == "flush")
     a2 = round_to(a, R.act_out)
-    ea2 = ea and bounds.rounded(a, a2, ea, R.act_out)
+    ea2 = ea and bounds.rounded(a, a2, ea, R.act_out, R.subnormals == "flush")
     weighted_early = not c.router_weight_on_input and R.router_weight_at == "before_requant"
     if weighted_early:  # mono_moe: w·act in fp32, then the re-quantization sees the weighted value
         p = a2 * wt
         ep = ea2 and bounds.product(a2, wt, ea2, ew, bounds.U32)
         a2 = round_to(p, R.act_out)
-        ea2 = ep and bounds.rounded(p, a2, ep, R.act_out)
+        ea2 = ep and bounds.rounded(p, a2, ep, R.act_out, R.subnormals == "flush")
     flips = np.zeros(len(a2), int)
     group = FP8_BLOCK
     if (
@@ -276,7 +277,7 @@ def _expert(x, ex, wt, ew, wd, c):
     if weighted_in_gemm2:  # the fp32 accumulator times the router weight, then the expert_out write
         y, ey = y * wt, ey and bounds.product(y, wt, ey, ew, bounds.U32)
     ye = round_to(y, R.expert_out)
-    eye = ey and bounds.rounded(y, ye, ey, R.expert_out)
+    eye = ey and bounds.rounded(y, ye, ey, R.expert_out, R.subnormals == "flush")
     if weighted_in_gemm2 or weighted_early or c.router_weight_on_input:
         return ye.astype(np.float64), eye, flips
     return ye * wt, eye and bounds.product(ye, wt, eye, ew), flips
@@ -378,6 +379,8 @@ def moe_layer(
         x, ex = Operand(q.values, q.fp8), bounds.quantized_input(np.asarray(hidden, np.float64), q, rel)
     else:
         x, ex = Operand(np.asarray(hidden, np.float64), None), tracked and bounds.zero((T, H))
+        if tracked and R.subnormals == "flush":
+            ex = bounds.flushed_input(hidden, ex)
     ew = tracked and bounds.routing_weights(r.weights, R, E, routing["top_k"])
     c = _Config(activation, half_order, quant, router_weight_on_input, R, accumulate)
     total, total_abs = np.zeros((T, H)), np.zeros((T, H))
@@ -418,11 +421,11 @@ def _combine(total, total_abs, err, slots, rsf, R):
     after it, one write in `out`. err: the summed shadows of the terms."""
     err = err and bounds.summed(total_abs, err, slots + 1, R.combine)
     c = round_to(total, R.combine)
-    err = err and bounds.rounded(total, c, err, R.combine)
+    err = err and bounds.rounded(total, c, err, R.combine, R.subnormals == "flush")
     if rsf is not None:
         scaled = c * np.float64(rsf)
         err = err and bounds.product(c, np.float64(rsf), err, Err(0.0, 0.0, 0.0))
         c = round_to(scaled, R.combine)
-        err = err and bounds.rounded(scaled, c, err, R.combine)
+        err = err and bounds.rounded(scaled, c, err, R.combine, R.subnormals == "flush")
     out = round_to(c, R.out)
-    return out, err and bounds.rounded(c, out, err, R.out)
+    return out, err and bounds.rounded(c, out, err, R.out, R.subnormals == "flush")

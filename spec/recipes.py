@@ -17,6 +17,7 @@ SCALE_FORMULAS = ("div448", "mul_rcp448")
 GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")
 MX_RULES = ("ocp", "ceil448")
 ROUTER_WEIGHT_AT = ("gemm2", "combine", "before_requant")
+SUBNORMALS = ("keep", "flush")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class Recipe:
     the activation output (in ``act_out``) before the re-quantization (mono_moe). ``requant_group``: columns
     per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
     ``mul_448_div_amax`` (mono_moe): NaN → 0, q = e4m3_satfinite(x·fl(448/amax)), eps 1e-10.
+    ``subnormals``: "keep" (IEEE gradual underflow at every store) or "flush" (FTZ/DAZ, CUDA kernels: any
+    store whose exact value is below the format's min normal may be written as ±0, and an input subnormal may
+    be read as 0). The spec's own values stay IEEE; "flush" only widens the hard/prob bounds
+    (bounds.rounded, bounds.flushed_input), and only near zero.
     """
 
     name: str
@@ -63,6 +68,7 @@ class Recipe:
     expert_out: str = "bf16"
     combine: str = "fp32"
     out: str = "bf16"
+    subnormals: str = "keep"
 
     def __post_init__(self):
         for field, allowed in (("sigmoid", SIGMOIDS), ("renorm_order", RENORM_ORDERS),
@@ -70,7 +76,8 @@ class Recipe:
                                ("requant_group", REQUANT_GROUPS),
                                ("act_scale_formula", SCALE_FORMULAS),
                                ("requant_scale_formula", SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS),
-                               ("mx_rule", MX_RULES), ("router_weight_at", ROUTER_WEIGHT_AT)):
+                               ("mx_rule", MX_RULES), ("router_weight_at", ROUTER_WEIGHT_AT),
+                               ("subnormals", SUBNORMALS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
 
@@ -132,7 +139,11 @@ TORCH_EAGER_FP8_BLOCK = Recipe(name="torch_eager_fp8_block")
 TORCH_EAGER_BF16 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_bf16", requant_intermediate=False)
 TORCH_EAGER_MXFP8 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_mxfp8")
 TORCH_EAGER_NVFP4 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_nvfp4")
+# The same code on CUDA (difftest/impl_torch.py torch-cuda): cuBLAS epilogues / fp32→bf16 conversions flush
+# subnormals to zero (runs/cuda_findings, campaigns/h200/results.md "Third H200 call").
+TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_cuda_"), subnormals="flush")
+                         for r in (TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8, TORCH_EAGER_NVFP4))
 
 NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK_DEEPSEEK, FUSED_TOPK_DEEPSEEK_BF16,
                               SGLANG_TRITON_FP8_BLOCK, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
-                              TORCH_EAGER_NVFP4)}
+                              TORCH_EAGER_NVFP4, *TORCH_EAGER_CUDA)}

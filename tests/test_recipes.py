@@ -22,3 +22,18 @@ def test_unknown_field_and_value_are_one_line_errors():
         Recipe.from_dict({"name": "x", "gemm_accumulator": "fp32"})
     with pytest.raises(ValueError, match="Recipe.gemm_acc"):
         Recipe(name="x", gemm_acc="fp16")
+
+
+@pytest.mark.parametrize("path", sorted(RECIPE))
+def test_torch_cuda_recipe_is_the_named_flush_row(path):
+    from difftest.impl_torch import recipe_cuda
+
+    class _Config:
+        quant = path
+
+    class _Case:
+        op, config = "moe", _Config()
+
+    cuda = recipe_cuda(_Case())
+    assert cuda.subnormals == "flush" and cuda == NAMED[cuda.name]
+    assert cuda.but(name=RECIPE[path]["name"], subnormals="keep") == Recipe.from_dict(RECIPE[path])
