@@ -22,6 +22,10 @@ DEFAULT_BUDGET_S = 120
 SLICE_S = 8.0  # seconds per turn of one (implementation, op) cell in a timed campaign
 PROGRESS_EVERY_S = 10
 STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM: workers finish their case, then get SIGTERM, then SIGKILL
+# past the budget by this much, workers are stopped like on SIGTERM: Hypothesis' target optimiser can spin on
+# cached examples without calling the test (where the deadline is checked); a failure being shrunk then is
+# still in the example database (--db) and is found again first on resume
+OVERRUN_S = 60.0
 MAX_WORKERS = 256  # a typo like --workers 20000 must not fork-bomb the machine
 REPLAY_OUTCOME = {"mismatch": "fail", "error": "error", "crash": "crash", "hang": "hang"}  # by fixture kind
 
@@ -222,6 +226,9 @@ def _collect(procs, queue, stop, received, t0, budget, out):
             if not any(p.is_alive() for p in procs) and queue.empty():
                 break
         now = time.monotonic()
+        if not stop.is_set() and now - t0 - budget > OVERRUN_S:
+            received.append(f"budget exceeded by {OVERRUN_S:.0f} s")
+            stop.set()
         if stop.is_set() and stopped_at is None:
             stopped_at = now
             print(f"difftest: {received[0]}: stopping (findings are kept, summary follows)", file=sys.stderr)
