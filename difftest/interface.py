@@ -112,8 +112,18 @@ def from_adapter_module(module):
         available=module.available,
         unsupported=lambda case: module.unsupported(case.config),
         recipe=lambda case: recipe,
-        run=lambda case, inputs: module.run(case.config, inputs),
+        run=lambda case, inputs: module.run(case.config, with_stacked_weights(case, inputs)),
     )
+
+
+def with_stacked_weights(case, inputs):
+    """The adapters of fused MoE kernels take every expert at once: the moe inputs plus the case's expert
+    weights stacked [E, ...] (docs/interfaces.md keys), generated from (seed, expert id) like everyone's."""
+    if case.op != "moe":
+        return inputs
+    from .generate import weights
+
+    return {**inputs, **weights(case).stacked()}
 
 
 def _flashinfer_version():

@@ -158,3 +158,17 @@ def test_quantized_layers_are_sometimes_wider_than_one_block_but_small():
              and (c.routing.num_tokens > strategies.MOE_WIDE_MAX_TOKENS
                   or c.routing.num_experts > strategies.MOE_WIDE_MAX_EXPERTS),
              settings=settings(max_examples=300, database=None))
+
+
+def test_fused_kernel_adapters_get_the_stacked_expert_weights():
+    from difftest.interface import with_stacked_weights
+
+    case = Case("moe", MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 32, 16, quant="fp8_block"), "normal", 3)
+    full = with_stacked_weights(case, generate.inputs(case))
+    w = generate.weights(case)
+    assert full["w13"].shape == (4, 32, 32) and full["w13_scale"].shape[0] == 4
+    for e in range(4):
+        for key, value in w.expert(e).items():
+            np.testing.assert_array_equal(full[key][e], value)
+    routing = Case("routing", RoutingConfig("renormalize", 2, 4, 2), "normal", 3)
+    assert with_stacked_weights(routing, generate.inputs(routing)).keys() == generate.inputs(routing).keys()
