@@ -558,12 +558,12 @@ def render(run_dir, top=TOP):
     """Write RUN_DIR/report.json and RUN_DIR/report.html; return the HTML path."""
     if top < 1:
         raise ReportError(f"--top={top} must be >= 1")
+    run_dir = Path(run_dir)
+    rows, summary, notes = read_run(run_dir)  # input errors first: they are the user's to fix here
     try:
         import matplotlib  # noqa: F401 (only checked here: the plots import their parts lazily)
     except ImportError:
         raise ReportError("matplotlib is not installed (pip install 'moe-difftest[report]')") from None
-    run_dir = Path(run_dir)
-    rows, summary, notes = read_run(run_dir)
     rep = build(rows, summary, fixture_links(run_dir), notes, top)
     text = json.dumps(rep, indent=1, allow_nan=False) + "\n"
     atomic_write_text(run_dir / "report.json", text)

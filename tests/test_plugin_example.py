@@ -57,7 +57,7 @@ def test_broken_copy_fails_with_a_fixture(tmp_path):
     broken.write_text(source.replace(right, "w = np.take_along_axis(keys, ids, axis=-1)"))
     r = fuzz(f"{broken}:DEEPSEEK_V3", tmp_path / "run")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "FINDING [routing, example:deepseek_v3_numpy]" in r.stdout
+    assert "FINDING [routing, example:deepseek_v3_numpy, mismatch]" in r.stdout
     (path,) = fixtures.discover(tmp_path / "run" / "fixtures")
     fx = fixtures.load(path)
     assert fx.impl_ref == f"{broken}:DEEPSEEK_V3" and fx.case.config.method == "deepseek_v3"
