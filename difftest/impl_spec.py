@@ -36,6 +36,15 @@ def refusals(fn):
     return wrapped
 
 
+def layer_kwargs(c):
+    """The MoEConfig fields both moe_layer implementations take by the same keyword."""
+    return {key: getattr(c, key) for key in LAYER_KEYS}
+
+
+LAYER_KEYS = ("activation", "half_order", "quant", "local_expert_offset", "local_num_experts", "rsf_placement",
+              "router_weight_on_input")
+
+
 def routing_kwargs(r):
     """The spec/torch route keywords of a RoutingConfig (everything but the tensors and the recipe)."""
     return dict(
@@ -105,13 +114,7 @@ def layer(case, inputs, recipe, ids=None):
         inputs.get("bias"),
         generated_weights(case),
         routing=routing,
-        activation=c.activation,
-        half_order=c.half_order,
-        quant=c.quant,
-        local_expert_offset=c.local_expert_offset,
-        local_num_experts=c.local_num_experts,
-        rsf_placement=c.rsf_placement,
-        router_weight_on_input=c.router_weight_on_input,
+        **layer_kwargs(c),
         recipe=recipe,
         ids=ids,
     )

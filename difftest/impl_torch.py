@@ -12,7 +12,7 @@ import impls.torch_eager as te
 from spec.recipes import Recipe
 
 from .generate import weights as generated_weights
-from .impl_spec import routing_kwargs
+from .impl_spec import layer_kwargs, routing_kwargs
 from .interface import Impl
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -117,13 +117,7 @@ def _moe(case, inputs, device):
         None if bias is None else tensor(bias, c.routing.bias_dtype, device),
         _expert_tensors(generated_weights(case), c.quant, device),
         routing=routing,
-        activation=c.activation,
-        half_order=c.half_order,
-        quant=c.quant,
-        local_expert_offset=c.local_expert_offset,
-        local_num_experts=c.local_num_experts,
-        rsf_placement=c.rsf_placement,
-        router_weight_on_input=c.router_weight_on_input,
+        **layer_kwargs(c),
     )
     return {"out": numpy(res.out), "ids": numpy(res.ids), "weights": numpy(res.weights)}
 

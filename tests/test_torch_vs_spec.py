@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 import impls.torch_eager as te
@@ -574,9 +574,14 @@ def test_moe_layer(c):
         renorm_order=recipe.renorm_order,
     )
     check_ids(d, sr.route(logits, bias, **options(d)), ids)
-    spec = moe_layer(
-        hidden, logits, bias, weights, routing=routing, recipe=recipe, ids=ids[:, : c["k"]], **layer_kw
-    )
+    try:
+        spec = moe_layer(
+            hidden, logits, bias, weights, routing=routing, recipe=recipe, ids=ids[:, : c["k"]], **layer_kw
+        )
+    except ValueError as e:  # an overflowing intermediate: e2m1 has no Inf, the spec refuses (a skip in fuzz)
+        if "must be finite" not in str(e):
+            raise
+        reject()
     hard, _ = bounds.bound_vs_recipe(spec, recipe)
     got = out.out.float().numpy()
     assert got.shape == spec.out.shape, (got.shape, spec.out.shape)
