@@ -48,7 +48,8 @@ def recipe_cuda(case):
     return r.but(name=r.name.replace("torch_eager_", "torch_eager_cuda_"), subnormals="flush")
 
 
-def _expert_tensors(source, quant, device):
+def expert_tensors(source, quant, device="cpu"):
+    """An ExpertWeights source (numpy) as the torch layer's callable e -> dict of tensors on `device`."""
     fp8 = FP8_KEYS.get(quant, ())
 
     def expert(e):
@@ -115,7 +116,7 @@ def _moe(case, inputs, device):
         tensor(inputs["hidden"], c.hidden_dtype, device),
         tensor(inputs["logits"], c.routing.logits_dtype, device),
         None if bias is None else tensor(bias, c.routing.bias_dtype, device),
-        _expert_tensors(generated_weights(case), c.quant, device),
+        expert_tensors(generated_weights(case), c.quant, device),
         routing=routing,
         **layer_kwargs(c),
     )

@@ -21,7 +21,7 @@ from impls.torch_eager import routing as te_routing
 from .bug_models import DEEPSEEK_BIASED_WEIGHTS
 from .case import Case, MoEConfig, QuantConfig, RoutingConfig
 from .generate import weights as generated_weights
-from .impl_torch import TORCH, _expert_tensors, numpy, tensor
+from .impl_torch import TORCH, expert_tensors, numpy, tensor
 
 # ---- helpers: torch pieces re-run with one thing changed
 
@@ -59,7 +59,7 @@ def _combine(case, inputs, ids, w, *, local=None, expert=None, operand=None):
     T, H = c.routing.num_tokens, c.hidden_size
     hi = c.routing.num_experts if c.local_num_experts is None else c.local_expert_offset + c.local_num_experts
     local = local or (lambda e: c.local_expert_offset <= e < hi)
-    expert = expert or _expert_tensors(generated_weights(case), c.quant, "cpu")
+    expert = expert or expert_tensors(generated_weights(case), c.quant, "cpu")
     hidden = tensor(inputs["hidden"], c.hidden_dtype, "cpu")
     ids, w = torch.as_tensor(np.asarray(ids, np.int64)), torch.as_tensor(np.asarray(w, np.float32))
     acc = torch.zeros(T, H, dtype=torch.float32)
@@ -206,7 +206,7 @@ def _k11_run(case, inputs):
     scale rows alike), while w2's columns keep the original order."""
     c = case.config
     out = TORCH.run(case, inputs)
-    source = _expert_tensors(generated_weights(case), c.quant, "cpu")
+    source = expert_tensors(generated_weights(case), c.quant, "cpu")
 
     def expert(e):
         ew = dict(source(e))

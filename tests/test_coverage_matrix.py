@@ -11,6 +11,7 @@ import torch
 
 import impls.torch_eager as te
 from difftest import generate as gen
+from difftest.impl_torch import expert_tensors
 from spec import routing as sr
 from spec.layer import QUANT_PATHS, moe_layer
 from spec.mlp import ACTIVATIONS, GATED_ACTIVATIONS
@@ -44,23 +45,6 @@ def test_matrix_is_the_spec_matrix():
     )
 
 
-def torch_experts(src, quant):
-    fp8 = {"fp8_block": ("w13", "w2"), "mxfp8": ("w13", "w2"), "nvfp4": ("w13_scale", "w2_scale")}.get(
-        quant, ()
-    )
-
-    def expert(e):
-        out = {}
-        for name, v in src.expert(e).items():
-            t = torch.from_numpy(np.array(v))
-            if v.dtype == np.uint8:
-                out[name] = t.view(torch.float8_e4m3fn) if name in fp8 else t
-            else:
-                out[name] = t.to(torch.bfloat16) if name in ("w13", "w2") else t
-        return out
-
-    return expert
-
 
 @pytest.mark.parametrize("method, activation, quant, dtype", MATRIX, ids=["-".join(c) for c in MATRIX])
 def test_torch_supports(method, activation, quant, dtype):
@@ -83,7 +67,7 @@ def test_torch_supports(method, activation, quant, dtype):
         torch.from_numpy(hidden).bfloat16(),
         torch.from_numpy(logits).to(TORCH_DTYPE[dtype]),
         None if bias is None else torch.from_numpy(bias),
-        torch_experts(weights, quant),
+        expert_tensors(weights, quant),
         **kw,
     )
     assert out.out.dtype == torch.bfloat16 and tuple(out.out.shape) == spec.out.shape, (

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 import impls.torch_eager as te
 from difftest import generate as gen
+from difftest.impl_torch import expert_tensors
 from spec import bounds, layouts
 from spec import quant as sq
 from spec import routing as sr
@@ -469,23 +470,6 @@ def test_e2m1_encode_matches_spec_numerics():
 QUANT_STEP = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}
 
 
-def torch_experts(src, quant):
-    fp8 = {"fp8_block": ("w13", "w2"), "mxfp8": ("w13", "w2"), "nvfp4": ("w13_scale", "w2_scale")}.get(
-        quant, ()
-    )
-
-    def expert(e):
-        out = {}
-        for name, v in src.expert(e).items():
-            t = torch.from_numpy(np.array(v))
-            if v.dtype == np.uint8:
-                out[name] = t.view(torch.float8_e4m3fn) if name in fp8 else t
-            else:
-                out[name] = t.to(torch.bfloat16) if name in ("w13", "w2") else t
-        return out
-
-    return expert
-
 
 @st.composite
 def layer_draws(draw):
@@ -556,7 +540,7 @@ def test_moe_layer(c):
         as_torch(hidden, "bf16"),
         as_torch(logits, c["logits_dtype"]),
         None if bias is None else as_torch(bias),
-        torch_experts(weights, c["quant"]),
+        expert_tensors(weights, c["quant"]),
         routing=routing,
         **layer_kw,
     )
