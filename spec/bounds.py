@@ -61,7 +61,9 @@ def accumulation(n, acc, fp8_operands, block=HOPPER_BLOCK):
     """(hard, prob) coefficients c with |fl(Σ_k a_k b_k) − Σ_k a_k b_k| ≤ c·Σ_k |a_k b_k|, any summation
     order. fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). hopper_fp8
     (FP8 operands only, else fp32): γ_b(2^-13) inside each K block of b = `block` (128; 64 for mono_moe's 1×64
-    intermediate) + γ_{n/b+2}(2^-24) across blocks. The spec's own float64 sum adds γ_{n+2}(2^-53)."""
+    intermediate) + γ_{n/b+2}(2^-24) across blocks. The spec's own float64 sum adds γ_{n+2}(2^-53).
+    γ_b(2^-13) covers quant.hopper_fp8_step: per step of 32 products every term loses < 2^(E-13) ≤ 2^-13·|term|
+    or less than the largest term's share, and the sum < 2^-13 of itself."""
     own = gamma(n + 2, U64)
     if acc == "hopper_fp8" and fp8_operands:
         b, nb = min(n, block), -(-n // block)
@@ -88,12 +90,22 @@ def shadow_operand(a, e):
     return np.concatenate([np.abs(a), e.hard, e.prob, e.ideal])
 
 
-def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK):
-    """gemm's Err from products = shadow_operand(a, e)·|W|ᵀ [4M, N], n = K."""
+def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None):
+    """gemm's Err from products = shadow_operand(a, e)·|W|ᵀ [4M, N], n = K.
+
+    moved [M, N] bool (hopper_fp8 emulated by quant.hopper_fp8_step, bit-exact on the device; None otherwise):
+    where False, an implementation of the recipe sums each K block over the spec's very codes, exactly as the
+    spec does, and only the fp32 promotion across blocks may differ: γ_{n/b+2}(2^-24). Where True (some code
+    may differ), its block sums and the spec's each lie within γ_b(2^-13) of the exact ones: twice that. The
+    recipe-exact value is then that far from the exact sum (ideal)."""
     hard_c, prob_c = accumulation(n, acc, fp8_operands, block)
     own = gamma(n + 2, U64)
     mag, h, p, i = np.split(products, 4)
-    return Err(h + hard_c * (mag + h), p + prob_c * (mag + p), i + own * mag)
+    if moved is None or not (acc == "hopper_fp8" and fp8_operands):
+        return Err(h + hard_c * (mag + h), p + prob_c * (mag + p), i + own * mag)
+    outer = own + gamma(-(-n // block) + 2, U32)
+    twice_inner = np.where(moved, 2 * gamma(min(n, block), HOPPER_U), 0.0)
+    return Err(h + (outer + twice_inner) * (mag + h), p + (outer + twice_inner) * (mag + p), i + hard_c * mag)
 
 
 def _interval_rounding(v, r, delta, fmt):
@@ -175,13 +187,15 @@ def _group_max(x, g):
     return np.repeat(x.reshape(m, k // g, g).max(axis=-1), g, axis=-1)
 
 
-def _requant_rule(v, delta, q):
+def _requant_rule(v, delta, q, codes=False):
     """Bound on |Q'(v') − Q(v)| for |v' − v| ≤ δ. The scale-setting amax of each group lies in [max(|v| − δ),
     max(|v| + δ)]. If that pins it, the scale is the spec's; a scale linear in amax (fp8 1×128: amax/448)
     moves within the same ratio (± 8 fp32 ulps for the formula). Then v'/s' lies in an interval whose end
     codes, by monotone rounding (widened by 8 fp32 ulps for the quantizer's arithmetic), give the reachable
     decoded values. A power-of-two or e4m3 scale that may move (mxfp8, nvfp4): δ + |v − Q(v)| + |Q'(v') − v'|
-    ≤ δ + |v − Q(v)| + 2·u_fmt·(|v| + δ) + 4·s_hi·min_subnormal, s_hi = max(s, amax_hi/max_fmt)."""
+    ≤ δ + |v − Q(v)| + 2·u_fmt·(|v| + δ) + 4·s_hi·min_subnormal, s_hi = max(s, amax_hi/max_fmt).
+    codes=True: instead, where the implementation's code may differ from the spec's (a scale that only moves
+    keeps the codes, and so a tensor-core block sum over them)."""
     f = as_format(q.fmt)
     absv = np.abs(v)
     fixed = np.ones(v.shape, bool)
@@ -206,6 +220,11 @@ def _requant_rule(v, delta, q):
         high = np.maximum(t_hi * s * ratio_hi, t_hi * s * ratio_lo)
         interval = np.maximum(high - q.values, q.values - low)
     moved = delta + np.abs(v - q.values) + 2 * f.unit_roundoff * (absv + delta) + 4 * s_hi * f.min_subnormal
+    if codes:
+        with np.errstate(invalid="ignore"):
+            code = q.values / s
+            one_code = linear & np.isfinite(interval) & (t_lo == code) & (t_hi == code)
+        return ~(fixed & (delta == 0)) & ~one_code
     bound = np.where(linear, np.where(np.isfinite(interval), interval, moved), moved)
     return np.where(fixed & (delta == 0), 0.0, bound)
 
@@ -221,9 +240,9 @@ def requantized(v, e, q):
     )
 
 
-def possible_flips(v, e, q):
-    """Per row: elements whose code can differ in an implementation (hard δ)."""
-    return np.count_nonzero(_requant_rule(v, e.hard, q) > 0, axis=-1)
+def code_changes(v, e, q):
+    """Elements whose code can differ in an implementation (hard δ), bool like v."""
+    return _requant_rule(v, e.hard, q, codes=True)
 
 
 def quantized_input(x, q, rel=0.0):
@@ -236,10 +255,11 @@ def quantized_input(x, q, rel=0.0):
     return requantized(x, Err(d, d, z), q)
 
 
-def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0):
+def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unrounded=None):
     """Router weights written in recipe.routing_weights after fp32 arithmetic (softmax over E, or sigmoid,
     then a sum of k, a divide and a scale): relative γ_{E+k+8}(2^-24) vs exact. hard: two implementations ≤ 2γ
-    apart before the write, ≤ one ulp (2u) after it; ideal: γ + u.
+    apart before the write, ≤ one ulp (2u) after it; ideal: γ + u. unrounded (the fp32 values before a bf16
+    write, [T, k]): the write's rounding rule instead of the ulp for those columns (a flip only near a midpoint).
 
     recipe.sigmoid "tanh" (s = 0.5·tanhf(0.5x) + 0.5, fused_topk_deepseek built with -use_fast_math: tanhf is
     tanh.approx.f32, relative error ≤ R = 2^-11 by the PTX ISA; 2^-16 measured on H200, campaigns/h200) adds an
@@ -252,8 +272,7 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0):
     u = as_format(recipe.routing_weights).unit_roundoff
     g = gamma(num_experts + top_k + 8, U32)
     absw = np.abs(np.asarray(w, np.float64))
-    hard = ((2 * g) * (1 + u) + 2 * u) * absw
-    ideal = (g + u) * absw
+    apart, ideal = 2 * g * absw, (g + u) * absw  # apart: two implementations' values before the write
     if recipe.sigmoid == "tanh":
         eta = 0.5 * 2.0**-11
         if score_sum is None:
@@ -262,7 +281,13 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0):
             den = np.asarray(score_sum, np.float64) * (1 - g) - top_k * eta
             with np.errstate(divide="ignore", invalid="ignore"):
                 approx = np.where(den > 0, (rsf + top_k * absw) * eta / np.where(den > 0, den, 1.0), np.inf)
-        hard, ideal = hard + 2 * approx, ideal + approx
+        apart, ideal = apart + 2 * approx, ideal + approx
+    hard = apart * (1 + u) + 2 * u * absw
+    if unrounded is not None and u != U32:
+        k = unrounded.shape[1]
+        e = Err(*(apart[:, :k],) * 3)
+        hard[:, :k] = rounded(np.asarray(unrounded, np.float64), absw[:, :k] * np.sign(w[:, :k]), e,
+                              recipe.routing_weights).hard
     return Err(hard, hard, ideal)
 
 

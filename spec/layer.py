@@ -26,6 +26,7 @@ from .quant import (
     NVFP4_BLOCK,
     RCP448,
     block_scaled_gemm,
+    hopper_rcp,
     mxfp8_quant,
     nvfp4_global_scale,
     nvfp4_quant,
@@ -41,7 +42,7 @@ FP8_BLOCK = 128
 SLAB = 32  # weight rows decoded at a time (divides FP8_BLOCK): a [32, 7168] float64 slab stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
 QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
-APPROX_DIVIDE = 3 * 2.0**-24  # x·(448/amax) with a 2-ulp approximate divide (mono_moe, -use_fast_math)
+APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
 
 IDEAL = Recipe(
     name="ideal",
@@ -86,6 +87,7 @@ class LayerResult(NamedTuple):
 class Operand(NamedTuple):
     values: np.ndarray  # [M, K] float64, exact
     fp8: tuple | None  # (e4m3 codes, DeepSeek block scales) when block_scaled_gemm can emulate accumulation
+    changed: np.ndarray | None = None  # [M, K] bool: an implementation's FP8 code may differ here (fp8 only)
 
 
 def _gemm(a, w, accumulate):
@@ -161,15 +163,24 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     """x·Wᵀ [M, N] (_gemm) and its Err (bounds.gemm; `block`: the K block of hopper_fp8), W decoded slab by
     slab from its codes: an expert is never whole in float64, and the four shadow products are one GEMM per
     slab."""
+    emulated = c.accumulate == "hopper_fp8" == c.recipe.gemm_acc and x.changed is not None
     left = ex and bounds.shadow_operand(x.values, ex)
+    if ex and emulated:  # one more left operand: outputs whose block sums may see another code
+        left = np.concatenate([left, x.changed.astype(np.float64)])
     y, products = [], []
     for rows, scale_rows in _slabs(wd, name, c.quant, gated):
         w = _weight(wd, name, c.quant, rows, scale_rows)
         y.append(_gemm(x, w, c.accumulate))
         products.append(ex and left @ np.abs(w.values).T)
+    if not ex:
+        return np.concatenate(y, axis=1), ex
+    products = np.concatenate(products, axis=1)
+    moved = None
+    if emulated:
+        products, moved = products[: 4 * len(x.values)], products[4 * len(x.values):] > 0
     fp8 = x.fp8 is not None and c.quant == "fp8_block"
-    return np.concatenate(y, axis=1), ex and bounds.gemm_shadow(
-        np.concatenate(products, axis=1), x.values.shape[1], c.recipe.gemm_acc, fp8, block
+    return np.concatenate(y, axis=1), bounds.gemm_shadow(
+        products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved
     )
 
 
@@ -184,14 +195,22 @@ def _nvfp4_rows(x):
     return values, scale
 
 
+def _bf16_valued(x):
+    """Every element a bf16 value (NaN read as 0 by the quantizer): each group's amax is then a bf16 value,
+    whose reciprocal quant.hopper_rcp reproduces exactly."""
+    x = np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf)
+    return np.array_equal(round_to(x, "bf16"), x)
+
+
 def quant_448_div_amax(x, group):
     """mono_moe's quantizer per (row, `group` columns): NaN → 0, amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)),
-    q = e4m3_satfinite(fl(x·fl(448/amax))) (the kernel's 448/amax is an approximate divide: bounds cover it).
+    q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))), rcp the device's reciprocal (quant.hopper_rcp: exact for bf16
+    amax, i.e. the input quantizer; within ±1 ulp otherwise, which the bounds cover).
     [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
     x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
     g = x.reshape(x.shape[0], -1, group)
     amax = np.maximum(np.abs(g).max(axis=-1), np.float32(QUANT_EPS))
-    s, inv = amax * RCP448, FP8_MAX / amax
+    s, inv = amax * RCP448, FP8_MAX * hopper_rcp(amax)
     q = encode(np.clip(g * inv[..., None], -FP8_MAX, FP8_MAX), E4M3FN)
     return q.reshape(x.shape), s
 
@@ -268,8 +287,9 @@ def _expert(x, ex, wt, ew, wd, c):
     ):  # per token, on the stored intermediate (sem §4.3 step 4)
         group = R.requant_group if c.quant == "fp8_block" else FP8_BLOCK
         q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula, group)
-        op, ev = Operand(q.values, q.fp8), ea2 and bounds.requantized(a2, ea2, q)
-        flips = bounds.possible_flips(a2, ea2, q) if ea2 else flips
+        changed = ea2 and bounds.code_changes(a2, ea2, q)
+        op, ev = Operand(q.values, q.fp8, changed if ea2 else None), ea2 and bounds.requantized(a2, ea2, q)
+        flips = np.count_nonzero(changed, axis=-1) if ea2 else flips
     else:
         op, ev = Operand(np.asarray(a2, np.float64), None), ea2
     y, ey = _weight_gemm(op, ev, wd, "w2", c, block=group)
@@ -340,11 +360,15 @@ def moe_layer(
     router_weight_on_input=False,
     recipe=None,
     ids=None,
-    accumulate="exact",
+    accumulate=None,
 ):
     """out[t] = Σ_j w[t, j]·W2_e·act(W13_e·x[t]) over the local experts e = ids[t, j] (rsf in the routing
     weights or multiplying the sum, per rsf_placement), recipe-exact or ideal. hidden [T, H], logits [T, E],
-    weights an ExpertWeights holding E + S experts (global ids). -> LayerResult."""
+    weights an ExpertWeights holding E + S experts (global ids). accumulate (ACCUMULATIONS): how GEMMs sum;
+    None = the recipe's: "hopper_fp8" (bit-exact emulation, tight bounds) for a hopper_fp8 recipe, else
+    "exact" (the bounds cover any summation order). -> LayerResult."""
+    if accumulate is None:
+        accumulate = "hopper_fp8" if recipe is not None and recipe.gemm_acc == "hopper_fp8" else "exact"
     check_activation(activation, half_order)
     for name, value, allowed in (
         ("quant", quant, QUANT_PATHS),
@@ -375,13 +399,19 @@ def moe_layer(
     tracked = recipe is not None
     if tracked and quant != "bf16":
         q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula)
-        rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" else 0.0
-        x, ex = Operand(q.values, q.fp8), bounds.quantized_input(np.asarray(hidden, np.float64), q, rel)
+        rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" and not _bf16_valued(hidden) else 0.0
+        hidden64 = np.asarray(hidden, np.float64)
+        ex = bounds.quantized_input(hidden64, q, rel)
+        x = Operand(q.values, q.fp8, bounds.code_changes(hidden64, Err(*(rel * np.abs(hidden64),) * 3), q))
     else:
         x, ex = Operand(np.asarray(hidden, np.float64), None), tracked and bounds.zero((T, H))
         if tracked and R.subnormals == "flush":
             ex = bounds.flushed_input(hidden, ex)
-    ew = tracked and bounds.routing_weights(r.weights, R, E, routing["top_k"])
+    k = routing["top_k"]
+    unrounded = None
+    if tracked and R.routing_weights != "fp32":  # the same routing before its write: the rounding rule applies
+        unrounded = _route(logits, bias, routing, rsf_placement, R.but(routing_weights="fp32"), ids).weights[:, :k]
+    ew = tracked and bounds.routing_weights(r.weights, R, E, k, unrounded=unrounded)
     c = _Config(activation, half_order, quant, router_weight_on_input, R, accumulate)
     total, total_abs = np.zeros((T, H)), np.zeros((T, H))
     err = tracked and bounds.zero((T, H))
@@ -390,7 +420,7 @@ def moe_layer(
         t, j = np.nonzero(local == e)  # a token selects an expert at most once: t has no repeats
         wt = r.weights[t, j].astype(np.float64)[:, None]
         term, et, fl = _expert(
-            Operand(x.values[t], x.fp8 and (x.fp8[0][t], x.fp8[1][t])),
+            Operand(x.values[t], x.fp8 and (x.fp8[0][t], x.fp8[1][t]), None if x.changed is None else x.changed[t]),
             ex and _rows(ex, t),
             wt,
             ew and Err(*(v[t, j][:, None] for v in ew)),

@@ -19,7 +19,7 @@ HALF_ORDERS = ("gate_up", "up_gate")
 MX_BLOCK = 32
 NVFP4_BLOCK = 16
 HOPPER_CHUNK = 32  # K of one FP8 WGMMA instruction
-HOPPER_BITS = 14  # significant bits kept by the Hopper FP8 tensor-core accumulator (DeepSeek-V3 §3.3.2)
+HOPPER_FRACTION_BITS = 13  # the Hopper FP8 tensor-core accumulator is e8m13 (campaigns/h200/results.md, 4th call)
 
 FP8_MAX = np.float32(E4M3FN.max)
 RCP448 = np.float32(1) / FP8_MAX  # fl(1/448), the reciprocal constant of the SGLang JIT kernel
@@ -163,27 +163,78 @@ def w13_dequant(q, s, block=128):
                            weight_dequant(q[..., i:, :], s[..., ib:, :], block)], axis=-2)
 
 
-def _round_significant(x, bits):
-    """Round float64 x to `bits` significant bits, ties to even."""
-    mantissa, exponent = np.frexp(x)
-    return np.ldexp(np.rint(np.ldexp(mantissa, bits)), exponent - bits)
+def _exponent(x):
+    """floor(log2 |x|) of nonzero float64 x (exact: frexp); 0 maps to -1000, below every operand's."""
+    return np.where(x == 0, -1000, np.frexp(x)[1] - 1)
 
 
-def _block_dot(a, w, acc):
-    """Σ_k a[m, k]·w[n, k] over one K block, float64. Exact: e4m3 products are multiples of 2^-18 below 2^18,
-    so every partial sum of up to 128 of them fits 53 bits. hopper_fp8 rounds the running sum per chunk."""
-    if acc != "hopper_fp8":
-        return a @ w.T
-    total = np.zeros((a.shape[0], w.shape[0]))
-    for c in range(0, a.shape[1], HOPPER_CHUNK):
-        total = _round_significant(total + a[:, c:c + HOPPER_CHUNK] @ w[:, c:c + HOPPER_CHUNK].T, HOPPER_BITS)
-    return total
+def _truncate(x, e):
+    """x truncated toward zero to a multiple of 2^e (float64, exact for the magnitudes here)."""
+    q = np.ldexp(1.0, e)
+    return np.trunc(x / q) * q
+
+
+# MUFU.RCP (rcp.approx.ftz.f32, what CUDA emits for x/y under -use_fast_math) minus RN(1/x), in ulps, for each
+# bf16 significand 1.m (m = 0..127): measured on an H200 for every positive bf16 x; it depends on the
+# significand only (0 conflicts over 985,767 fp32 significands). campaigns/h200/div_probe.cu, results.md.
+MUFU_RCP_BF16_ULPS = ("0000-0+0000-0+000000-0-00000000000000++000000000000+000000000+000++00000000000000+000000000+"
+                      "00000000000000000+00000++0+00+00000-")
+
+
+def hopper_rcp(x):
+    """1/x as Hopper's MUFU.RCP returns it, for float32 x > 0 in the normal range: RN(1/x) moved by the
+    measured deviation of x's significand when x is a bf16 value (exact there); RN(1/x) otherwise (the device
+    is within ±1 ulp of it: 86.7 % equal, measured). -> float32."""
+    x = np.asarray(x, np.float32)
+    bits = x.view(np.uint32)
+    rn = (np.float32(1) / x).view(np.int32)
+    table = np.array([{"-": -1, "0": 0, "+": 1}[c] for c in MUFU_RCP_BF16_ULPS], np.int32)
+    dev = np.where(bits & 0xFFFF == 0, table[(bits >> 16) & 0x7F], 0)
+    return (rn + dev).astype(np.int32).view(np.float32)
+
+
+def hopper_fp8_step(c, a, w):
+    """One Hopper FP8 WGMMA step, c + Σ_k a[m, k]·w[n, k] over k < 32, bit-exact as measured on an H200
+    (2,097,152 of 2,097,152 cuBLASLt block sums, campaigns/h200/results.md): products are exact; with
+    E = max(max_k (e_a + e_w), e_c) over the nonzero products — e_x the e4m3 exponent of x (floor log2 |x|, -6
+    for subnormals) and e_c = floor log2 |c| (c ≠ 0) — every product and c is truncated toward zero to a
+    multiple of 2^(E-13); the exact sum of those is truncated toward zero to 13 fraction bits (e8m13). Zero
+    products take no part in E (measured: 16,384 of 16,384 sparse sums). a [M, ..., k], w [N, ..., k] e4m3
+    values, c [M, N, ...] float64 -> [M, N, ...] float64."""
+    ea = np.maximum(_exponent(a), -6) + np.where(a == 0, -1000, 0)
+    ew = np.maximum(_exponent(w), -6) + np.where(w == 0, -1000, 0)
+    e = (ea[:, None] + ew[None]).max(axis=-1)
+    e = np.maximum(np.where(c == 0, e, np.maximum(e, _exponent(c))), -1000) - HOPPER_FRACTION_BITS  # all-zero: 0
+    s = _truncate(a[:, None] * w[None], e[..., None]).sum(axis=-1) + _truncate(c, e)
+    return _truncate(s, _exponent(s) - HOPPER_FRACTION_BITS)
+
+
+HOPPER_CHUNK_ELEMENTS = 1 << 22  # products per hopper_fp8_step call (32 MiB of float64)
+
+
+def _hopper_block_sums(a, w, block):
+    """[M, N, K/block] block sums of a [M, K], w [N, K] (e4m3 values, float64), each block a chain of
+    hopper_fp8_step from 0 in ascending K; columns in chunks that bound the products' memory."""
+    (m, k), n = a.shape, w.shape[0]
+    kb = -(-k // block)
+    pad = ((0, 0), (0, kb * block - k))  # zero products leave a step unchanged
+    a, w = np.pad(a, pad).reshape(m, kb, block), np.pad(w, pad).reshape(n, kb, block)
+    cols = max(1, HOPPER_CHUNK_ELEMENTS // (m * kb * HOPPER_CHUNK))
+    sums = []
+    for n0 in range(0, n, cols):
+        c = np.zeros((m, min(cols, n - n0), kb))
+        for j in range(0, block, HOPPER_CHUNK):
+            c = hopper_fp8_step(c, a[..., j:j + HOPPER_CHUNK], w[n0:n0 + cols, :, j:j + HOPPER_CHUNK])
+        sums.append(c)
+    return np.concatenate(sums, axis=1)
 
 
 def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
     """C[m,n] = Σ_b a_s[m,b]·w_s[n//128,b]·P_b, P_b = Σ_{k in block b} a[m,k]·w[n,k] (sem §3); fp64: in fp64.
-    fp32: C = fl(C + fl(fl(fl(P_b)·a_s)·w_s)), b ascending; hopper_fp8: as fp32, P_b summed 32 at a time, the
-    running sum rounded (RNE) to 14 significant bits after each chunk. -> [M, N] float64 (fp64) or float32."""
+    fp32: C = fl(C + fl(fl(fl(P_b)·a_s)·w_s)), b ascending; hopper_fp8: as fp32, P_b accumulated by
+    hopper_fp8_step, 32 products at a time (the tensor core's e8m13 accumulator; fl(P_b) is then exact).
+    P_b of e4m3 codes is exact in float64 (products are multiples of 2^-18 below 2^18: a sum of 128 fits 53
+    bits). -> [M, N] float64 (fp64) or float32."""
     if acc not in GEMM_ACCS:
         raise ValueError(f"acc={acc!r} is not one of {GEMM_ACCS}")
     aq, wq = _codes(aq, "aq"), _codes(wq, "wq")
@@ -195,11 +246,12 @@ def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
     if a_s.shape != (m, kb) or w_s.shape != (-(-n // block), kb):
         raise ValueError(f"scales {a_s.shape}, {w_s.shape} must be [M, ceil(K/{block})], "
                          f"[ceil(N/{block}), ceil(K/{block})]")
+    a, w = E4M3_VALUES[aq].astype(np.float64), E4M3_VALUES[wq].astype(np.float64)
+    hopper = _hopper_block_sums(a, w, block) if acc == "hopper_fp8" else None
     out = np.zeros((m, n), np.float64 if acc == "fp64" else np.float32)
     for b in range(kb):
         cols = slice(b * block, (b + 1) * block)
-        p = _block_dot(E4M3_VALUES[aq[:, cols]].astype(np.float64),
-                       E4M3_VALUES[wq[:, cols]].astype(np.float64), acc)
+        p = a[:, cols] @ w[:, cols].T if hopper is None else hopper[..., b]
         w_scale = np.repeat(w_s[:, b], block)[:n]
         if acc == "fp64":
             out += p * a_s[:, b, None].astype(np.float64) * w_scale

@@ -31,10 +31,10 @@ class Recipe:
     ``0.5·tanhf(0.5x) + 0.5`` (fused_topk_deepseek) with tanhf correctly rounded; it is exactly 0 below
     x ≈ -18.02 (tanhf = -1).
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
-    ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8`` keeps about 14 significant
-    bits inside each 128-wide K block, then promotes to fp32); the intermediate is re-quantized before
-    GEMM2 when ``requant_intermediate``. Then ``gemm1_out`` → activation in ``act_compute`` →
-    ``act_out`` → GEMM2 with the router weight in its epilogue → ``expert_out`` → weighted sum in
+    ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8``: the tensor core's truncating
+    e8m13 accumulator inside each K block, spec.quant.hopper_fp8_step, then promotion to fp32); the
+    intermediate is re-quantized before GEMM2 when ``requant_intermediate``. Then ``gemm1_out`` → activation
+    in ``act_compute`` → ``act_out`` → GEMM2 with the router weight in its epilogue → ``expert_out`` → weighted sum in
     ``combine`` → ``out``. MXFP8 scales follow ``mx_rule`` (quant.mxfp8_quant). ``router_weight_at``: "gemm2"
     multiplies the fp32 GEMM2 accumulator before the ``expert_out`` write (SGLang Triton); "combine"
     multiplies the stored expert output inside the finalize sum (trtllm-gen); "before_requant" multiplies

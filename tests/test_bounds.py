@@ -96,6 +96,11 @@ def block_permutation(rng, n, block):
     return np.concatenate([b + rng.permutation(min(block, n - b)) for b in range(0, n, block)])
 
 
+def block_order(rng, n, block):
+    """A permutation of range(n) that moves whole blocks of `block` and keeps the order inside each."""
+    return np.concatenate([np.arange(b, b + block) for b in rng.permutation(range(0, n, block))])
+
+
 CASES = [
     ("bf16", PLAIN, "swiglu"),
     ("bf16", recipes.TRTLLM_BF16, "swiglu"),
@@ -113,54 +118,76 @@ CASES = [
 @settings(deadline=None, max_examples=3)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_hard_bound_holds_for_reordered_accumulation(path, recipe, activation, seed):
-    """The spec recomputed as an implementation would run it (fp32 sequential, fp32 pairwise, the recipe's
-    Hopper accumulator, with K orders permuted within scale blocks) never leaves bound_vs_recipe of the
-    recipe-exact result, and the recipe-exact result never leaves bound_vs_ideal of the ideal."""
+    """The spec recomputed as an implementation would run it never leaves bound_vs_recipe of the recipe-exact
+    result, and the recipe-exact result never leaves bound_vs_ideal of the ideal. Against exact sums: fp32
+    sequential, fp32 pairwise, block-scaled fp32 and the Hopper accumulator, with K orders permuted within
+    scale blocks. A hopper_fp8 recipe's own result emulates the tensor core (bit-exact, quant.hopper_fp8_step),
+    so its implementations differ only in the order of the blocks' fp32 promotion: whole blocks permuted."""
     gated = activation in mlp.GATED_ACTIVATIONS
     x, logits, w13, w2 = problem(seed % 2**16, T=8, H=256, I=128, E=4, gated=gated)
     rng = np.random.default_rng(seed)
-    kw = dict(routing=dict(method="renormalize", top_k=2), activation=activation, quant=path)
+    kw = dict(routing=dict(method="renormalize", top_k=2), activation=activation, quant=path, recipe=recipe)
     weights = quantized_weights(w13, w2, path)[0]
-    exact = moe_layer(x, logits, None, weights, **kw, recipe=recipe)
-    hard, prob = bounds.bound_vs_recipe(exact, recipe)
     block = {"mxfp8": 32, "nvfp4": 16}.get(path, 128)  # scale blocks must keep their elements
-    xp, w13p, w2p = permuted(
-        x, (w13, w2), block_permutation(rng, 256, block), block_permutation(rng, 128, block), gated
-    )
-    weights_p = quantized_weights(w13p, w2p, path)[0]
-    accs = (
-        ["fp32", "fp32_pairwise"]
-        + {"bf16": []}.get(path, ["fp32_blocked"])
-        + (["hopper_fp8"] if recipe.gemm_acc == "hopper_fp8" else [])
-    )
-    for xs, ws in ((x, weights), (xp, weights_p)):
-        for acc in accs:
-            got = moe_layer(xs, logits, None, ws, **kw, recipe=recipe, accumulate=acc).out
+    within = permuted(x, (w13, w2), block_permutation(rng, 256, block), block_permutation(rng, 128, block), gated)
+    accs = ["fp32", "fp32_pairwise"] + {"bf16": []}.get(path, ["fp32_blocked"])
+    runs = [("exact", (x, weights), acc) for acc in accs]
+    runs += [("exact", (within[0], quantized_weights(*within[1:], path)[0]), acc) for acc in accs]
+    if recipe.gemm_acc == "hopper_fp8":
+        runs += [("exact", (within[0], quantized_weights(*within[1:], path)[0]), "hopper_fp8")]
+        g2 = recipe.requant_group
+        blocks = permuted(x, (w13, w2), block_order(rng, 256, 128), block_order(rng, 128, g2), gated)
+        runs += [("hopper_fp8", (x, weights), "hopper_fp8"),
+                 ("hopper_fp8", (blocks[0], quantized_weights(*blocks[1:], path)[0]), "hopper_fp8")]
+    for reference in {r for r, _, _ in runs}:
+        exact = moe_layer(x, logits, None, weights, **kw, accumulate=reference)
+        hard, prob = bounds.bound_vs_recipe(exact, recipe)
+        assert np.all(prob <= hard)
+        for _, (xs, ws), acc in (r for r in runs if r[0] == reference):
+            got = moe_layer(xs, logits, None, ws, **kw, accumulate=acc).out
             assert np.all(np.abs(got - exact.out) <= hard), (
-                f"{acc}: max ratio {np.max(np.abs(got - exact.out) / hard)}"
+                f"{acc} vs {reference}: max ratio {np.max(np.abs(got - exact.out) / hard)}"
             )
-    assert np.all(prob <= hard)
-    ideal = moe_layer(x, logits, None, weights, **kw)
-    assert np.all(np.abs(exact.out - ideal.out) <= bounds.bound_vs_ideal(exact, recipe))
+        ideal = moe_layer(x, logits, None, weights, routing=kw["routing"], activation=activation, quant=path)
+        assert np.all(np.abs(exact.out - ideal.out) <= bounds.bound_vs_ideal(exact, recipe))
 
 
-@pytest.mark.parametrize(
-    "path,recipe", [("bf16", recipes.TRTLLM_BF16), ("bf16", FP32_STORES)], ids=lambda r: getattr(r, "name", r)
-)
-def test_hard_bound_is_not_vacuous(path, recipe):
-    """n ≤ 256, random non-negative inputs (no cancellation, so rounding errors of a sequential fp32 sum are
-    not hidden by a small result): reversed-order fp32 re-summation reaches at least 1 % of the hard bound.
+VACUITY = [  # (path, recipe, H, I): FP8 Hopper recipes need ≥ 3 K blocks for the promotion order to matter
+    ("bf16", recipes.TRTLLM_BF16, 256, 128),
+    ("bf16", FP32_STORES, 256, 128),
+    ("fp8_block", recipes.TRTLLM_FP8_BLOCK, 256, 128),
+    ("fp8_block", recipes.SGLANG_TRITON_FP8_BLOCK, 512, 384),
+    ("fp8_block", recipes.MONO_MOE, 512, 256),
+]
+
+
+@pytest.mark.parametrize("path,recipe,H,I", VACUITY, ids=[f"{c[0]}-{c[1].name}" for c in VACUITY])
+def test_hard_bound_is_not_vacuous(path, recipe, H, I):
+    """Random non-negative inputs (no cancellation, so rounding errors of a sequential fp32 sum are not hidden
+    by a small result): an implementation's legitimate freedom reaches at least 1 % of the hard bound. That
+    freedom is the summation order: reversed K for fp32 accumulation; for a hopper_fp8 recipe, whose block
+    sums the spec reproduces bit-exactly, the order of the blocks' fp32 promotion (whole blocks reversed).
     Expert and layer outputs are stored in fp32 here: a bf16 output rounding is tight by construction (0 or
     one ulp where a flip is possible) and would make the ratio a coin toss on a few near-midpoint elements."""
     recipe = recipe.but(expert_out="fp32", out="fp32")
-    x, logits, w13, w2 = (np.abs(a) for a in problem(21, T=128, H=256, I=128, E=4))
+    x, logits, w13, w2 = (np.abs(a) for a in problem(21, T=128, H=H, I=I, E=4))
+    x = round_to(x, "bf16").astype(np.float32)  # mono_moe's inputs are bf16 (its quantizer is then exact)
     kw = dict(routing=dict(method="renormalize", top_k=2), activation="swiglu", quant=path, recipe=recipe)
-    xp, w13p, w2p = permuted(x, (w13, w2), np.arange(256)[::-1], np.arange(128)[::-1], True)
+    if recipe.gemm_acc == "hopper_fp8":
+        h_order, i_order, acc = reversed_blocks(H, 128), reversed_blocks(I, recipe.requant_group), None
+    else:
+        h_order, i_order, acc = np.arange(H)[::-1], np.arange(I)[::-1], "fp32"
+    xp, w13p, w2p = permuted(x, (w13, w2), h_order, i_order, True)
     exact = moe_layer(x, logits, None, quantized_weights(w13, w2, path)[0], **kw)
-    got = moe_layer(xp, logits, None, quantized_weights(w13p, w2p, path)[0], **kw, accumulate="fp32")
+    got = moe_layer(xp, logits, None, quantized_weights(w13p, w2p, path)[0], **kw, accumulate=acc)
     hard, _ = bounds.bound_vs_recipe(exact, recipe)
     ratio = np.max(np.abs(got.out - exact.out) / hard)
     assert 0.01 <= ratio <= 1, f"observed / bound = {ratio}"
+
+
+def reversed_blocks(n, block):
+    """range(n) with its blocks of `block` in reverse order, each block's own order kept."""
+    return np.arange(n).reshape(-1, block)[::-1].ravel()
 
 
 def test_bounds_refuse_the_ideal_and_other_recipes():
