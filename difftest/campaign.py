@@ -180,11 +180,13 @@ def fuzz_cell(
     special=False,
     runners=None,
     stop=None,
+    weight_seed=None,
 ):
     """Run Hypothesis over cases of `op` for `impl`. A failure is shrunk, written under fixtures_root (if
     given) and returned in CellResult.finding; record(row) sees every example (shrink steps included).
     ``runners`` (a Runners) supplies the isolated worker of a may_crash implementation (default: one for this
-    cell); ``stop`` (an Event) set raises Interrupted at the next example."""
+    cell); ``stop`` (an Event) set raises Interrupted at the next example; ``weight_seed`` fixes the expert
+    weights of every moe case (presets.weight_seed)."""
     state = {"examples": 0, "last_failure": None, "first_crash": None}
     own = runners is None
     runners = Runners(_worker_dir(fixtures_root)) if own else runners
@@ -218,7 +220,7 @@ def fuzz_cell(
             raise _Enough()
         raise Finding(result.message)
 
-    test = given(strategies.cases(op, configs, special=special))(check)
+    test = given(strategies.cases(op, configs, special=special, weight_seed=weight_seed))(check)
     test._hypothesis_internal_add_digest = f"{impl.name}|{op}|{impl_ref}|{configs!r}".encode()
     if hypothesis_settings is not None:
         test = hypothesis_settings(test)
@@ -334,6 +336,7 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             special=kwargs.get("special", False),
             runners=kwargs.get("runners"),
             stop=stop,
+            weight_seed=kwargs.get("weight_seed"),
         )
         per_example[i % len(cells)] = (time.monotonic() - t0) / max(1, res.examples)
         yield cell, res

@@ -1,8 +1,11 @@
 """The case model: an immutable description from which inputs are generated deterministically.
 
-A ``Case`` is (op, config, dist, seed). ``config`` is one of the frozen dataclasses below; ``dist`` names an
-input distribution of difftest/generate.py; ``seed`` selects the bits. ``Case.to_json``/``from_json`` round
-trip exactly, and unknown or missing fields are one-line errors.
+A ``Case`` is (op, config, dist, seed, weight_seed). ``config`` is one of the frozen dataclasses below; ``dist``
+names an input distribution of difftest/generate.py; ``seed`` selects the bits. ``weight_seed`` (moe only)
+selects the expert weights when a campaign keeps them fixed across cases (difftest/presets.py); None, the
+default and the value of every case written before it existed, takes them from ``seed``. ``to_dict`` writes
+it only when set, so such cases serialize (and name their fixtures) exactly as before.
+``Case.to_json``/``from_json`` round trip exactly, and unknown or missing fields are one-line errors.
 """
 
 import json
@@ -247,12 +250,21 @@ def _unjson(x):
     return x
 
 
+def _is_seed(x):
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+
+
+CASE_FIELDS = {"op", "config", "dist", "seed"}
+OPTIONAL_CASE_FIELDS = {"weight_seed"}
+
+
 @dataclass(frozen=True)
 class Case:
     op: str
     config: RoutingConfig | QuantConfig | MoEConfig
     dist: str = "normal"
     seed: int = 0
+    weight_seed: int | None = None  # moe: the expert weights' seed; None: ``seed``
 
     def __post_init__(self):
         if self.op not in OPS:
@@ -260,23 +272,30 @@ class Case:
         if not isinstance(self.config, CONFIGS[self.op]):
             raise CaseError(f"op {self.op!r} needs a {CONFIGS[self.op].__name__}")
         CHECKS[self.op](self.config)
+        _require(_is_seed(self.seed), f"seed={self.seed!r} must be an integer in [0, 2**63)")
         _require(
-            isinstance(self.seed, int) and not isinstance(self.seed, bool) and 0 <= self.seed < 2**63,
-            f"seed={self.seed!r} must be an integer in [0, 2**63)",
+            self.weight_seed is None or _is_seed(self.weight_seed),
+            f"weight_seed={self.weight_seed!r} must be None or an integer in [0, 2**63)",
+        )
+        _require(
+            self.weight_seed is None or self.op == "moe",
+            f"weight_seed needs op moe (a {self.op} case has no expert weights)",
         )
 
     def to_dict(self):
-        return {"op": self.op, "config": _jsonable(asdict(self.config)), "dist": self.dist, "seed": self.seed}
+        d = {"op": self.op, "config": _jsonable(asdict(self.config)), "dist": self.dist, "seed": self.seed}
+        return d if self.weight_seed is None else {**d, "weight_seed": self.weight_seed}
 
     @classmethod
     def from_dict(cls, d):
-        if not isinstance(d, dict) or set(d) != {"op", "config", "dist", "seed"}:
-            raise CaseError("a case needs exactly the fields op, config, dist, seed")
+        if not isinstance(d, dict) or not CASE_FIELDS <= set(d) <= CASE_FIELDS | OPTIONAL_CASE_FIELDS:
+            raise CaseError("a case needs exactly the fields op, config, dist, seed (and optionally weight_seed)")
         if d["op"] not in OPS:
             raise CaseError(f"op {d['op']!r} is not one of {OPS}")
         if not isinstance(d["seed"], int) or isinstance(d["seed"], bool) or d["seed"] < 0:
             raise CaseError("seed must be a non-negative integer")
-        return cls(d["op"], _config_from_dict(CONFIGS[d["op"]], _unjson(d["config"])), d["dist"], d["seed"])
+        config = _config_from_dict(CONFIGS[d["op"]], _unjson(d["config"]))
+        return cls(d["op"], config, d["dist"], d["seed"], d.get("weight_seed"))
 
     def to_json(self):
         return json.dumps(self.to_dict(), sort_keys=True)

@@ -76,7 +76,7 @@ def _interrupt(signum, frame):
 
 
 def _worker(w, args, out, deadline, queue, stop):
-    from . import campaign
+    from . import campaign, presets
 
     # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
     # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
@@ -89,7 +89,7 @@ def _worker(w, args, out, deadline, queue, stop):
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
         db = args.db or str(out / "db")
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
-                      stop=stop)
+                      stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None)
         if args.max_examples is None:
             runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, **common)
         else:
@@ -204,6 +204,7 @@ def cmd_fuzz(args):
 
         if args.model not in presets.PRESETS:
             raise UsageError(f"unknown model {args.model!r}; known: {', '.join(sorted(presets.PRESETS))}")
+        presets.weight_seed(args.model)  # a bad DIFFTEST_WEIGHT_SEED: exit 2 before anything runs
     for ref in args.impl:
         reason = interface.load(ref).available()
         if reason:
@@ -442,7 +443,8 @@ def cmd_show(args):
     m = fx.meta
     print(f"fixture {fx.id}  status {fx.status}")
     print(f"implementation {m['impl']['ref']} ({m['impl']['name']} {m['impl']['version']}) on {m['device']}")
-    print(f"case: op={fx.case.op} dist={fx.case.dist} seed={fx.case.seed}")
+    weights = "" if fx.case.weight_seed is None else f" weight_seed={fx.case.weight_seed}"
+    print(f"case: op={fx.case.op} dist={fx.case.dist} seed={fx.case.seed}{weights}")
     print(json.dumps(m["case"]["config"], indent=1))
     print(f"recipe: {json.dumps(m['recipe'])}")
     print(f"observed: {json.dumps(m['observed'])}")

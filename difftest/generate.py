@@ -5,7 +5,8 @@ bit stream) through transforms written here with IEEE-exact arithmetic only (+, 
 distribution methods may change between versions, and libm/SIMD ``log``/``cos`` (Box–Muller) differ in
 the last bit between CPUs, so normals are Irwin–Hall sums of four uniforms (mean 0, variance 1, |z| ≤ 2√3).
 Narrow formats travel as float32 arrays of representable values (bf16 by our own RNE on the bit pattern),
-fp8/fp4/e8m0 as uint8 codes. Expert weights are generated per expert on demand from (seed, expert id).
+fp8/fp4/e8m0 as uint8 codes. Expert weights are generated per expert on demand from (weight seed, expert id),
+where the weight seed is the case's ``weight_seed`` if set (a campaign keeping its weights fixed), else its seed.
 """
 
 import functools
@@ -237,15 +238,33 @@ class GeneratedWeights(NamedTuple):
         return expert_weights(self.seed, self.quant, e, self.N1, self.H, self.I)
 
     def stacked(self):
-        """dict of [E, ...] arrays (for implementations that take all experts at once)."""
-        per = [self.expert(e) for e in range(self.num_experts)]
-        return {k: np.stack([p[k] for p in per]) for k in per[0]} if per else {}
+        """dict of read-only [E, ...] arrays (for implementations that take all experts at once): the same
+        objects while the weights stay the same, see stacked_weights."""
+        return stacked_weights(self.seed, self.quant, self.num_experts, self.N1, self.H, self.I)
+
+
+# One entry: the mono_moe adapter uploads its weights again unless it gets the very same arrays (checked with
+# `is`), and one set of all 256 mono-moe experts is 768 MiB and 15 s or more of generation on one core.
+@functools.lru_cache(maxsize=1)
+def stacked_weights(seed, quant, E, N1, H, I):
+    """Every expert's arrays stacked [E, ...], read-only. Written in place from _expert_weights rather than
+    np.stack over expert_weights: that would keep a second full copy in expert_weights' cache."""
+    out = {}
+    for e in range(E):
+        for k, a in _expert_weights(seed, quant, e, N1, H, I).items():
+            if k not in out:
+                out[k] = np.empty((E, *a.shape), a.dtype)
+            out[k][e] = a
+    for a in out.values():
+        a.flags.writeable = False
+    return out
 
 
 def weights(case):
     c = case.config
     N1 = 2 * c.intermediate_size if c.gated else c.intermediate_size
-    return GeneratedWeights(case.seed, c.quant, c.routing.num_experts, N1, c.hidden_size, c.intermediate_size)
+    seed = case.seed if case.weight_seed is None else case.weight_seed
+    return GeneratedWeights(seed, c.quant, c.routing.num_experts, N1, c.hidden_size, c.intermediate_size)
 
 
 # ---- the case's inputs

@@ -118,7 +118,8 @@ def from_adapter_module(module):
 
 def with_stacked_weights(case, inputs):
     """The adapters of fused MoE kernels take every expert at once: the moe inputs plus the case's expert
-    weights stacked [E, ...] (docs/interfaces.md keys), generated from (seed, expert id) like everyone's."""
+    weights stacked [E, ...] (docs/interfaces.md keys), generated from (weight seed, expert id) like
+    everyone's; the same read-only arrays while the weights stay the same (generate.stacked_weights)."""
     if case.op != "moe":
         return inputs
     from .generate import weights

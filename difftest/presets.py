@@ -7,6 +7,10 @@ Hidden and intermediate sizes are scaled down by default to at most MODEL_HIDDEN
 (DIFFTEST_MODEL_HIDDEN, default 256; DIFFTEST_MODEL_INTERMEDIATE, default 128; kept multiples of the quant
 block), because the bound scales with the sizes and the bugs these presets target live in routing, layouts
 and rounding points, not in GEMM length; DIFFTEST_MODEL_FULL=1 uses the real sizes (slow on CPU).
+
+A preset with ``fixed_weights`` (mono-moe) keeps its expert weights for the whole campaign: its moe cases
+take them from WEIGHT_SEED (DIFFTEST_WEIGHT_SEED, default 0) instead of each case's seed, while tokens and
+logits still vary per case (``weight_seed(name)``; the campaign passes it to strategies.cases).
 """
 
 import os
@@ -14,13 +18,14 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
-from .case import MoEConfig, QuantConfig, RoutingConfig
+from .case import CaseError, MoEConfig, QuantConfig, RoutingConfig
 from .strategies import num_tokens
 
 MODEL_HIDDEN = int(os.environ.get("DIFFTEST_MODEL_HIDDEN", "256"))
 MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MODEL_INTERMEDIATE", "128"))
 MODEL_FULL = os.environ.get("DIFFTEST_MODEL_FULL") == "1"
 MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MODEL_MAX_TOKENS", "16"))
+WEIGHT_SEED = os.environ.get("DIFFTEST_WEIGHT_SEED", "0")  # checked by weight_seed(): a usage error, not a crash
 BLOCK = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}
 
 
@@ -38,6 +43,7 @@ class Preset(NamedTuple):
     intermediate_size: int
     router_weight_on_input: bool
     source: str
+    fixed_weights: bool = False  # moe cases take their expert weights from WEIGHT_SEED, not the case seed
 
 
 HF = "https://huggingface.co/{}/blob/main/config.json"
@@ -184,8 +190,10 @@ QUANT_SCHEME = {"fp8_block": "fp8_group", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
 # FlashInfer mono_moe (impls/flashinfer/mono_moe.py): one fixed shape, always at its real sizes (the kernel
 # refuses any other), T ≤ 8, bf16 logits, no bias / groups / routed scaling, [gate; up] rows, block FP8.
+# The adapter takes all 256 experts stacked (768 MiB, 15 s or more to generate on one core): the weights
+# are fixed for the campaign (fixed_weights), so they are generated and uploaded to the GPU once per process.
 # Per-case spec cost is capped by the kernel's own limits: ≤ 8 tokens × top_k ≤ 8 experts, each expert's
-# weights generated on demand (≈ 4 s per case for recipe + ideal on one CPU core).
+# weights generated on demand and cached (≈ 4 s per case for recipe + ideal on one CPU core while cold).
 MONO_MOE = "mono-moe"
 MONO_METHODS = ("renormalize", "default", "sigmoid_renorm", "sigmoid")
 MONO_MAX_TOKENS = int(os.environ.get("DIFFTEST_MONO_MAX_TOKENS", "8"))
@@ -203,7 +211,17 @@ PRESETS[MONO_MOE] = Preset(
     512,
     False,
     "https://github.com/flashinfer-ai/flashinfer (0.7.2.post1 fused_moe/monomoe.py: E=256, I=512, H=2048, T<=8)",
+    fixed_weights=True,
 )
+
+
+def weight_seed(name):
+    """The expert-weight seed shared by preset ``name``'s moe cases, or None: weights from each case's seed."""
+    if not PRESETS[name].fixed_weights:
+        return None
+    if not (WEIGHT_SEED.isdecimal() and int(WEIGHT_SEED) < 2**63):
+        raise CaseError(f"DIFFTEST_WEIGHT_SEED={WEIGHT_SEED!r} must be an integer in [0, 2**63)")
+    return int(WEIGHT_SEED)
 
 
 def _scaled(size, limit, block):

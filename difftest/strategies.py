@@ -188,11 +188,12 @@ SPECIAL_DISTS = ("nonfinite",)  # special values are their own checks (style §3
 
 
 @st.composite
-def cases(draw, op=None, configs=None, special=False, **config_kwargs):
+def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config_kwargs):
     """A Case of `op` (drawn if None); `configs` overrides the configuration strategy (model presets);
-    `special` adds the NaN/Inf distributions."""
+    `special` adds the NaN/Inf distributions; `weight_seed` fixes the expert weights of moe cases (presets
+    with fixed_weights), None takes them from each case's seed."""
     op = op or draw(st.sampled_from(("routing", "quant", "moe")), label="op")
     config = draw(configs if configs is not None else CONFIG_STRATEGIES[op](**config_kwargs), label="config")
     names = [d for d in DIST_NAMES[op] if special or d not in SPECIAL_DISTS]
     dist = draw(st.sampled_from(names), label="dist")
-    return Case(op, config, dist, draw(seeds(), label="seed"))
+    return Case(op, config, dist, draw(seeds(), label="seed"), weight_seed if op == "moe" else None)

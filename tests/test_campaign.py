@@ -136,3 +136,26 @@ def test_crashing_plugin_is_isolated_found_and_recorded(tmp_path):
     assert (fx.kind, fx.meta["observed"]["signal"]) == ("crash", signal.SIGABRT)
     assert "Fatal Python error: Aborted" in fx.meta["observed"]["output_tail"]
     assert fx.case.config.num_tokens == 3  # shrunk to the edge (within CRASH_SHRINK_S)
+
+
+def test_a_campaign_weight_seed_reaches_every_moe_case():
+    import time
+
+    from hypothesis import strategies as st
+
+    from difftest.case import MoEConfig, RoutingConfig
+    from difftest.impl_spec import SPEC
+
+    rows = []
+    config = MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 32, 16)
+    cells = [(SPEC, "spec", "moe", st.just(config))]
+    for _, res in campaign.timed_cells(cells, time.monotonic() + 1, 1.0, 0, record=rows.append, weight_seed=3):
+        assert res.finding is None, res.finding
+    assert rows and {r["case"]["weight_seed"] for r in rows} == {3} and len({r["case"]["seed"] for r in rows}) > 1
+
+
+def test_bad_weight_seed_environment_is_a_usage_error():
+    r = subprocess.run([sys.executable, "-m", "difftest", "fuzz", "--model", "mono-moe", "--impl", "torch"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "DIFFTEST_WEIGHT_SEED": "-1"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "DIFFTEST_WEIGHT_SEED='-1'" in r.stderr, r.stderr

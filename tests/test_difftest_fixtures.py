@@ -215,3 +215,19 @@ def test_cli_exit_codes(k1, tmp_path):
         and "deepseek_v3" in r.stdout
         and "now: bug:deepseek_biased_weights fail" in r.stdout
     )
+
+
+def test_fixture_of_a_fixed_weight_case_keeps_its_weight_seed(tmp_path, capsys):
+    from difftest.case import MoEConfig
+
+    case = Case("moe", MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 32, 16), "normal", 9, weight_seed=0)
+    recipe = impl_spec.SPEC.recipe(case)
+    path = fixtures.write(tmp_path, case, "spec", impl_spec.SPEC, recipe,
+                          {"status": "fail", "ratio": 2.0, "message": "test"},
+                          impl_spec.expected(case, generate.inputs(case), recipe))
+    fx = fixtures.load(path)
+    assert fx.case == case and fx.meta["case"]["weight_seed"] == 0
+    assert cli.main(["show", str(path)]) == 0 and "seed=9 weight_seed=0" in capsys.readouterr().out
+    _edit_json(path, lambda m: m["case"].update(weight_seed=1))  # weights regenerated from another seed
+    with pytest.raises(fixtures.FixtureError, match="regenerated expert weights do not match"):
+        fixtures.load(path)

@@ -1,6 +1,7 @@
 """difftest.case and difftest.generate: validation, JSON round trip, bit-exact generation, distributions."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -172,3 +173,115 @@ def test_fused_kernel_adapters_get_the_stacked_expert_weights():
             np.testing.assert_array_equal(full[key][e], value)
     routing = Case("routing", RoutingConfig("renormalize", 2, 4, 2), "normal", 3)
     assert with_stacked_weights(routing, generate.inputs(routing)).keys() == generate.inputs(routing).keys()
+
+
+# ---- weight seeds: presets that keep the expert weights fixed for a campaign (mono-moe)
+
+SMALL_MOE = MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 32, 16, quant="fp8_block")
+W_KEYS = ("w13", "w13_scale", "w2", "w2_scale")
+
+
+def test_weight_seed_fixes_the_weights_and_defaults_to_the_case_seed():
+    from difftest.fixtures import weights_digest
+
+    a, b = Case("moe", SMALL_MOE, "normal", 1, weight_seed=0), Case("moe", SMALL_MOE, "normal", 2, weight_seed=0)
+    assert weights_digest(a) == weights_digest(b) == weights_digest(Case("moe", SMALL_MOE, "normal", 0))
+    assert generate.digest(generate.inputs(a)) != generate.digest(generate.inputs(b))
+    assert weights_digest(Case("moe", SMALL_MOE, "normal", 1)) != weights_digest(a)
+
+
+def test_case_json_round_trips_the_weight_seed_and_old_cases_load_as_before():
+    fixed = Case("moe", SMALL_MOE, "normal", 7, weight_seed=3)
+    assert fixed.to_dict()["weight_seed"] == 3 and Case.from_json(fixed.to_json()) == fixed
+    old = Case("moe", SMALL_MOE, "normal", 7).to_dict()
+    assert "weight_seed" not in old  # the JSON of a case without one is unchanged: fixture ids stay
+    loaded = Case.from_dict(old)
+    assert loaded.weight_seed is None and generate.weights(loaded).seed == 7
+
+
+@pytest.mark.parametrize(
+    "op, config, weight_seed, message",
+    [
+        ("routing", RoutingConfig("topk", 2, 4, 2), 0, "weight_seed needs op moe"),
+        ("moe", SMALL_MOE, -1, "weight_seed=-1 must be None or an integer"),
+        ("moe", SMALL_MOE, 2**63, "must be None or an integer in"),
+        ("moe", SMALL_MOE, True, "weight_seed=True"),
+        ("moe", SMALL_MOE, "0", "weight_seed='0'"),
+    ],
+)
+def test_bad_weight_seeds_are_one_line_errors(op, config, weight_seed, message):
+    with pytest.raises(CaseError, match=message) as e:
+        Case(op, config, "normal", 0, weight_seed)
+    assert "\n" not in str(e.value)
+    with pytest.raises(CaseError, match="exactly the fields"):
+        Case.from_dict({**Case("moe", SMALL_MOE).to_dict(), "weights_seed": 0})
+
+
+@given(strategies.cases(weight_seed=5))
+def test_a_campaign_weight_seed_goes_to_moe_cases_only(case):
+    assert case.weight_seed == (5 if case.op == "moe" else None)
+
+
+def test_only_presets_with_fixed_weights_have_a_weight_seed(monkeypatch):
+    from difftest import presets
+
+    assert [n for n in presets.PRESETS if presets.weight_seed(n) is not None] == [presets.MONO_MOE]
+    monkeypatch.setattr(presets, "WEIGHT_SEED", "12")
+    assert presets.weight_seed(presets.MONO_MOE) == 12
+    for bad in ("-1", "x", "", str(2**63)):
+        monkeypatch.setattr(presets, "WEIGHT_SEED", bad)
+        with pytest.raises(CaseError, match="DIFFTEST_WEIGHT_SEED=.* must be an integer in"):
+            presets.weight_seed(presets.MONO_MOE)
+
+
+def test_mono_moe_cases_share_their_weights_but_not_their_inputs():
+    """Drawn as `fuzz --model mono-moe` draws them. Compared through GeneratedWeights, from which every expert
+    is a pure function (pinned above): generating all 256 experts here would take a minute."""
+    from hypothesis import assume, settings
+
+    from difftest import presets
+
+    mono = strategies.cases("moe", presets.configs(presets.MONO_MOE, "moe"),
+                            weight_seed=presets.weight_seed(presets.MONO_MOE))
+
+    @settings(max_examples=10, database=None, deadline=None)
+    @given(mono, mono)
+    def pair(a, b):
+        assume(a.seed != b.seed and a.config.routing.num_tokens > 0 and b.config.routing.num_tokens > 0)
+        assert a.weight_seed == b.weight_seed == presets.weight_seed(presets.MONO_MOE)
+        assert generate.weights(a) == generate.weights(b)
+        assert generate.digest(generate.inputs(a)) != generate.digest(generate.inputs(b))
+
+    pair()
+
+
+def test_stacked_weights_are_the_same_read_only_arrays_while_the_weights_stay():
+    from difftest.interface import with_stacked_weights
+
+    a, b = Case("moe", SMALL_MOE, "normal", 1, weight_seed=0), Case("moe", SMALL_MOE, "tiny", 2, weight_seed=0)
+    first = with_stacked_weights(a, generate.inputs(a))
+    again = with_stacked_weights(b, generate.inputs(b))
+    assert all(again[k] is first[k] for k in W_KEYS)  # what the mono_moe adapter's `is` check needs
+    assert not any(first[k].flags.writeable for k in W_KEYS)
+    other = generate.weights(Case("moe", SMALL_MOE, "normal", 1)).stacked()
+    assert not np.array_equal(other["w13"], first["w13"])
+    for e in range(4):
+        for k, v in generate.weights(a).expert(e).items():
+            np.testing.assert_array_equal(first[k][e], v)
+
+
+def test_mono_moe_adapter_prepares_fixed_weights_once(monkeypatch):
+    """Two cases of one campaign weight seed: one weight preparation (the 800 MB GPU upload), not two."""
+    torch = pytest.importorskip("torch")
+    from difftest.interface import with_stacked_weights
+    from impls.flashinfer import mono_moe
+
+    prepared = []
+    monkeypatch.setattr(mono_moe, "_prepared", [])
+    monkeypatch.setattr(mono_moe, "prepare_weights", lambda *arrays, **kw: prepared.append(arrays) or {})
+    monkeypatch.setattr(mono_moe, "mono_moe", lambda hidden, *a, **kw: torch.zeros_like(hidden))
+    config = replace(SMALL_MOE, routing=replace(SMALL_MOE.routing, logits_dtype="bf16"))  # the kernel's
+    for seed in (1, 2):
+        case = Case("moe", config, "normal", seed, weight_seed=0)
+        mono_moe.run(case.config, with_stacked_weights(case, generate.inputs(case)), device="cpu")
+    assert len(prepared) == 1
