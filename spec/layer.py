@@ -195,11 +195,12 @@ def _nvfp4_rows(x):
     return values, scale
 
 
-def _bf16_valued(x):
-    """Every element a bf16 value (NaN read as 0 by the quantizer): each group's amax is then a bf16 value,
-    whose reciprocal quant.hopper_rcp reproduces exactly."""
-    x = np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf)
-    return np.array_equal(round_to(x, "bf16"), x)
+def _rcp_exact(x, group):
+    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor: quant.hopper_rcp
+    then reproduces the device's reciprocal exactly (inputs of bf16 values, whose maxima are bf16 values)."""
+    x = np.abs(np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf))
+    amax = x.reshape(x.shape[0], -1, group).max(axis=-1)
+    return bool(np.all((amax == 0) | ((amax >= QUANT_EPS) & (round_to(amax, "bf16") == amax))))
 
 
 def quant_448_div_amax(x, group):
@@ -399,7 +400,7 @@ def moe_layer(
     tracked = recipe is not None
     if tracked and quant != "bf16":
         q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula)
-        rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" and not _bf16_valued(hidden) else 0.0
+        rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" and not _rcp_exact(hidden, FP8_BLOCK) else 0.0
         hidden64 = np.asarray(hidden, np.float64)
         ex = bounds.quantized_input(hidden64, q, rel)
         x = Operand(q.values, q.fp8, bounds.code_changes(hidden64, Err(*(rel * np.abs(hidden64),) * 3), q))

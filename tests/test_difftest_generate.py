@@ -271,7 +271,8 @@ def test_stacked_weights_are_the_same_read_only_arrays_while_the_weights_stay():
 
 
 def test_mono_moe_adapter_prepares_fixed_weights_once(monkeypatch):
-    """Two cases of one campaign weight seed: one weight preparation (the 800 MB GPU upload), not two."""
+    """Two cases of one campaign weight seed: one weight preparation (the 800 MB GPU upload), not two; the other
+    half order prepares again."""
     torch = pytest.importorskip("torch")
     from difftest.interface import with_stacked_weights
     from impls.flashinfer import mono_moe
@@ -285,3 +286,6 @@ def test_mono_moe_adapter_prepares_fixed_weights_once(monkeypatch):
         case = Case("moe", config, "normal", seed, weight_seed=0)
         mono_moe.run(case.config, with_stacked_weights(case, generate.inputs(case)), device="cpu")
     assert len(prepared) == 1
+    up_gate = Case("moe", replace(config, half_order="up_gate"), "normal", 3, weight_seed=0)
+    mono_moe.run(up_gate.config, with_stacked_weights(up_gate, generate.inputs(up_gate)), device="cpu")
+    assert len(prepared) == 2, "the same arrays in the other half order are another preparation"

@@ -132,16 +132,19 @@ def mono_moe(hidden, logits, weights, *, top_k, scoring_func, renormalize):
                   scratchpad=scratchpad(hidden.device), interleave_up=False)
 
 
-_prepared = []  # [(numpy arrays, prepared tensors)]: the last weights, kept while the same arrays recur
+_prepared = []  # [(numpy arrays, half order, prepared tensors)]: the last weights, kept while they recur
 
 
 def run(config, inputs, device="cuda"):
     """inputs {"hidden", "logits", "w13", "w13_scale", "w2", "w2_scale"} (numpy) -> {"out" [T, H] float32}."""
     arrays = tuple(inputs[k] for k in ("w13", "w13_scale", "w2", "w2_scale"))
-    if not (_prepared and all(a is b for a, b in zip(_prepared[0][0], arrays, strict=True))):
-        _prepared[:] = [(arrays, prepare_weights(*arrays, half_order=config.half_order, device=device))]
+    same = _prepared and _prepared[0][1] == config.half_order and all(
+        a is b for a, b in zip(_prepared[0][0], arrays, strict=True))
+    if not same:
+        _prepared[:] = [(arrays, config.half_order,
+                         prepare_weights(*arrays, half_order=config.half_order, device=device))]
     scoring_func, renormalize = SCORING[config.routing.method]
     out = mono_moe(to_torch(inputs["hidden"], "bf16", device), to_torch(inputs["logits"], "bf16", device),
-                   _prepared[0][1], top_k=config.routing.top_k, scoring_func=scoring_func,
+                   _prepared[0][2], top_k=config.routing.top_k, scoring_func=scoring_func,
                    renormalize=renormalize)
     return {"out": to_numpy(out)}
