@@ -40,7 +40,8 @@ class Recipe:
     multiplies the stored expert output inside the finalize sum (trtllm-gen); "before_requant" multiplies
     the activation output (in ``act_out``) before the re-quantization (mono_moe). ``requant_group``: columns
     per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
-    ``mul_448_div_amax`` (mono_moe): NaN → 0, q = e4m3_satfinite(x·fl(448/amax)), eps 1e-10.
+    ``mul_448_div_amax`` (mono_moe): NaN → 0, q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp the device's
+    reciprocal (quant.hopper_rcp), eps 1e-10.
     ``subnormals``: "keep" (IEEE gradual underflow at every store) or "flush" (FTZ/DAZ, CUDA kernels: any
     store whose exact value is below the format's min normal may be written as ±0, and an input subnormal may
     be read as 0). The spec's own values stay IEEE; "flush" only widens the hard/prob bounds

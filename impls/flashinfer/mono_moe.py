@@ -8,8 +8,9 @@ What the kernel computes (read in the 0.7.2.post1 wheel: ``fused_moe/monomoe.py`
   softmax without renormalize: full softmax with ``__expf``; sigmoid: ``1/(1+__expf(-x))``, times
   ``1/Σ`` when renormalizing. Weights stay **fp32**. No bias, no groups, no routed scaling.
 - hidden states quantized per (token, 128 columns): NaN -> 0, ``amax = max(|x|, 1e-10)``, scale
-  ``amax·fl(1/448)``, ``q = e4m3_satfinite(x · (448/amax))`` (fast-math division).
-- GEMM1: FP8 WGMMA with fp32 accumulation inside each 128-wide K block, then
+  ``amax·fl(1/448)``, ``q = e4m3_satfinite(x · fl(448·MUFU.RCP(amax)))`` (fast-math 448/amax: MUFU.RCP
+  then FMUL, read in the module's SASS).
+- GEMM1: FP8 WGMMA (the tensor core's truncating e8m13 accumulator) inside each 128-wide K block, then
   ``acc += (block·w_scale)·a_scale`` in fp32; no bf16 rounding of GEMM1's output.
 - ``h = (w · up · gate) / (1 + __expf(-gate))`` in fp32 (``__fdividef``): the **router weight is applied
   before the intermediate is quantized**; w13 rows are **[gate; up]**.
