@@ -221,7 +221,8 @@ def fuzz_cell(
         raise Finding(result.message)
 
     test = given(strategies.cases(op, configs, special=special, weight_seed=weight_seed))(check)
-    test._hypothesis_internal_add_digest = f"{impl.name}|{op}|{impl_ref}|{configs!r}".encode()
+    key = f"{impl.name}|{op}|{impl_ref}|{configs!r}" + ("" if weight_seed is None else f"|weights {weight_seed}")
+    test._hypothesis_internal_add_digest = key.encode()  # the database key: saved examples meet the same weights
     if hypothesis_settings is not None:
         test = hypothesis_settings(test)
     if run_seed is not None:
