@@ -166,6 +166,13 @@ def case_row(impl_name, case, result, recipe=None, kind=None):
     }
 
 
+def database_key(impl, op, impl_ref, configs, weight_seed=None):
+    """The Hypothesis example-database key of a cell: saved examples replay only in the same cell and against
+    the same fixed weights (keys without a weight seed are those of earlier versions)."""
+    key = f"{impl.name}|{op}|{impl_ref}|{configs!r}"
+    return (key if weight_seed is None else f"{key}|weights {weight_seed}").encode()
+
+
 def fuzz_cell(
     impl,
     impl_ref,
@@ -221,8 +228,7 @@ def fuzz_cell(
         raise Finding(result.message)
 
     test = given(strategies.cases(op, configs, special=special, weight_seed=weight_seed))(check)
-    key = f"{impl.name}|{op}|{impl_ref}|{configs!r}" + ("" if weight_seed is None else f"|weights {weight_seed}")
-    test._hypothesis_internal_add_digest = key.encode()  # the database key: saved examples meet the same weights
+    test._hypothesis_internal_add_digest = database_key(impl, op, impl_ref, configs, weight_seed)
     if hypothesis_settings is not None:
         test = hypothesis_settings(test)
     if run_seed is not None:

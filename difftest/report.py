@@ -262,7 +262,8 @@ def worst(rows, links, top):
         c = r["case"]
         out.append({"impl": r["impl"], "op": r["op"], "status": r["status"],
                     "ratio": None if _ratio_key(r) == math.inf else _ratio_key(r),
-                    "dist": c.get("dist"), "seed": c.get("seed"), "config": c["config"],
+                    "dist": c.get("dist"), "seed": c.get("seed"), "weight_seed": c.get("weight_seed"),
+                    "config": c["config"],
                     "message": str(r.get("message") or "").split("\n")[0][:400],
                     "fixture": links.get(_case_key(r["impl"], c))})
     return out
@@ -509,11 +510,16 @@ def _section_ratios(rep, png):
     return table + img
 
 
+def _seed_text(w):
+    """The case seed, and the weights' own seed where the campaign fixed them."""
+    return str(w["seed"]) if w.get("weight_seed") is None else f"{w['seed']} (weights {w['weight_seed']})"
+
+
 def _section_worst(rep):
     if not rep["worst"]:
         return "<p>No case ran.</p>"
     rows = [(i + 1, w["impl"], w["op"], w["status"], "∞ (no ratio)" if w["ratio"] is None else w["ratio"],
-             _config_text(w), w["dist"], str(w["seed"]), _link(w["fixture"], w["fixture"] or "none"),
+             _config_text(w), w["dist"], _seed_text(w), _link(w["fixture"], w["fixture"] or "none"),
              w["message"])
             for i, w in enumerate(rep["worst"])]
     return _table(["#", "implementation", "op", "status", "ratio", "configuration", "dist", "seed", "fixture",

@@ -159,3 +159,14 @@ def test_bad_weight_seed_environment_is_a_usage_error():
                        cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "DIFFTEST_WEIGHT_SEED": "-1"})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "DIFFTEST_WEIGHT_SEED='-1'" in r.stderr, r.stderr
+
+
+def test_database_key_separates_fixed_weights_and_keeps_older_keys():
+    """Saved examples must not replay against other weights; a cell without a weight seed keeps the key earlier
+    versions wrote, so an existing database still replays."""
+    from difftest.impl_spec import SPEC
+
+    key = campaign.database_key
+    assert key(SPEC, "moe", "spec", None) == f"{SPEC.name}|moe|spec|None".encode()
+    assert len({key(SPEC, "moe", "spec", None), key(SPEC, "moe", "spec", None, 0),
+                key(SPEC, "moe", "spec", None, 1)}) == 3

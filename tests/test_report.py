@@ -39,7 +39,7 @@ RUN = [
     (0, "torch", Case("routing", ROUTING, "large", 3), passed(0.2, 4e-3, 1e-3)),
     (0, "torch", Case("quant", QUANT, "zero_group", 4), passed(0.05, 3e-3, 1e-3)),
     (0, "torch", Case("quant", QUANT, "normal", 5), Result("skip", 0.0, "torch: layout col_tma needs CUDA")),
-    (0, "torch", Case("moe", MOE, "normal", 6), passed(0.3, 0.02, 0.05)),
+    (0, "torch", Case("moe", MOE, "normal", 6, weight_seed=5), passed(0.3, 0.02, 0.05)),  # campaign weights
     (0, "torch", Case("moe", MOE, "normal", 7),
      Result("fail", 3.5, FAIL_MESSAGE, seconds=0.03, spec_seconds=0.05)),
     (1, "fake_gpu", Case("routing", ROUTING, "exact_ties", 8),
@@ -126,6 +126,8 @@ def test_worst_cases_link_their_fixtures(rendered):
     assert (second["ratio"], second["fixture"]) == (3.5, rep["findings"][0]["fixture"])
     assert not second["fixture"].startswith("/") and (run_dir / second["fixture"] / "case.json").is_file()
     assert f'href="{second["fixture"]}"' in page
+    fixed = [w for w in rep["worst"] if w["weight_seed"] is not None]
+    assert [(w["seed"], w["weight_seed"]) for w in fixed] == [(6, 5)] and "<td>6 (weights 5)</td>" in page
 
 
 def test_html_is_self_contained(rendered):
