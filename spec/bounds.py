@@ -187,15 +187,15 @@ def _group_max(x, g):
     return np.repeat(x.reshape(m, k // g, g).max(axis=-1), g, axis=-1)
 
 
-def _requant_rule(v, delta, q, codes=False):
+def _requant_rule(v, delta, q):
     """Bound on |Q'(v') − Q(v)| for |v' − v| ≤ δ. The scale-setting amax of each group lies in [max(|v| − δ),
     max(|v| + δ)]. If that pins it, the scale is the spec's; a scale linear in amax (fp8 1×128: amax/448)
     moves within the same ratio (± 8 fp32 ulps for the formula). Then v'/s' lies in an interval whose end
     codes, by monotone rounding (widened by 8 fp32 ulps for the quantizer's arithmetic), give the reachable
     decoded values. A power-of-two or e4m3 scale that may move (mxfp8, nvfp4): δ + |v − Q(v)| + |Q'(v') − v'|
     ≤ δ + |v − Q(v)| + 2·u_fmt·(|v| + δ) + 4·s_hi·min_subnormal, s_hi = max(s, amax_hi/max_fmt).
-    codes=True: instead, where the implementation's code may differ from the spec's (a scale that only moves
-    keeps the codes, and so a tensor-core block sum over them)."""
+    -> (that bound, where the implementation's code may differ from the spec's): a scale that only moves
+    keeps the codes, and so a tensor-core block sum over them."""
     f = as_format(q.fmt)
     absv = np.abs(v)
     fixed = np.ones(v.shape, bool)
@@ -220,13 +220,12 @@ def _requant_rule(v, delta, q, codes=False):
         high = np.maximum(t_hi * s * ratio_hi, t_hi * s * ratio_lo)
         interval = np.maximum(high - q.values, q.values - low)
     moved = delta + np.abs(v - q.values) + 2 * f.unit_roundoff * (absv + delta) + 4 * s_hi * f.min_subnormal
-    if codes:
-        with np.errstate(invalid="ignore"):
-            code = q.values / s
-            one_code = linear & np.isfinite(interval) & (t_lo == code) & (t_hi == code)
-        return ~(fixed & (delta == 0)) & ~one_code
+    with np.errstate(invalid="ignore"):
+        code = q.values / s
+        one_code = linear & np.isfinite(interval) & (t_lo == code) & (t_hi == code)
     bound = np.where(linear, np.where(np.isfinite(interval), interval, moved), moved)
-    return np.where(fixed & (delta == 0), 0.0, bound)
+    unmoved = fixed & (delta == 0)
+    return np.where(unmoved, 0.0, bound), ~unmoved & ~one_code
 
 
 def requantized(v, e, q):
@@ -234,15 +233,15 @@ def requantized(v, e, q):
     s·min_subnormal/2 (u = q.u: RNE within a fixed scale, or the saturating OCP MX rule)."""
     f = as_format(q.fmt)
     return Err(
-        _requant_rule(v, e.hard, q),
-        _requant_rule(v, e.prob, q),
+        _requant_rule(v, e.hard, q)[0],
+        _requant_rule(v, e.prob, q)[0],
         e.ideal + q.u * np.abs(v) + q.scale * f.min_subnormal / 2,
     )
 
 
 def code_changes(v, e, q):
     """Elements whose code can differ in an implementation (hard δ), bool like v."""
-    return _requant_rule(v, e.hard, q, codes=True)
+    return _requant_rule(v, e.hard, q)[1]
 
 
 def quantized_input(x, q, rel=0.0):
@@ -286,7 +285,7 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
     if unrounded is not None and u != U32:
         k = unrounded.shape[1]
         e = Err(*(apart[:, :k],) * 3)
-        hard[:, :k] = rounded(np.asarray(unrounded, np.float64), absw[:, :k] * np.sign(w[:, :k]), e,
+        hard[:, :k] = rounded(np.asarray(unrounded, np.float64), np.asarray(w, np.float64)[:, :k], e,
                               recipe.routing_weights).hard
     return Err(hard, hard, ideal)
 

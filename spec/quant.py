@@ -168,6 +168,12 @@ def _exponent(x):
     return np.where(x == 0, -1000, np.frexp(x)[1] - 1)
 
 
+def _e4m3_exponent(x):
+    """The exponent field's meaning for e4m3 values: floor log2 |x|, -6 for subnormals; -1000 for zero, so a
+    sum with it never sets a step's alignment."""
+    return np.where(x == 0, -1000, np.maximum(_exponent(x), -6))
+
+
 def _truncate(x, e):
     """x truncated toward zero to a multiple of 2^e (float64, exact for the magnitudes here)."""
     q = np.ldexp(1.0, e)
@@ -181,6 +187,9 @@ MUFU_RCP_BF16_ULPS = ("0000-0+0000-0+000000-0-00000000000000++000000000000+00000
                       "00000000000000000+00000++0+00+00000-")
 
 
+_MUFU_RCP_BF16_ULPS = np.array([{"-": -1, "0": 0, "+": 1}[c] for c in MUFU_RCP_BF16_ULPS], np.int32)
+
+
 def hopper_rcp(x):
     """1/x as Hopper's MUFU.RCP returns it, for float32 x > 0 in the normal range: RN(1/x) moved by the
     measured deviation of x's significand when x is a bf16 value (exact there); RN(1/x) otherwise (the device
@@ -188,8 +197,7 @@ def hopper_rcp(x):
     x = np.asarray(x, np.float32)
     bits = x.view(np.uint32)
     rn = (np.float32(1) / x).view(np.int32)
-    table = np.array([{"-": -1, "0": 0, "+": 1}[c] for c in MUFU_RCP_BF16_ULPS], np.int32)
-    dev = np.where(bits & 0xFFFF == 0, table[(bits >> 16) & 0x7F], 0)
+    dev = np.where(bits & 0xFFFF == 0, _MUFU_RCP_BF16_ULPS[(bits >> 16) & 0x7F], 0)
     return (rn + dev).astype(np.int32).view(np.float32)
 
 
@@ -201,9 +209,7 @@ def hopper_fp8_step(c, a, w):
     multiple of 2^(E-13); the exact sum of those is truncated toward zero to 13 fraction bits (e8m13). Zero
     products take no part in E (measured: 16,384 of 16,384 sparse sums). a [M, ..., k], w [N, ..., k] e4m3
     values, c [M, N, ...] float64 -> [M, N, ...] float64."""
-    ea = np.maximum(_exponent(a), -6) + np.where(a == 0, -1000, 0)
-    ew = np.maximum(_exponent(w), -6) + np.where(w == 0, -1000, 0)
-    e = (ea[:, None] + ew[None]).max(axis=-1)
+    e = (_e4m3_exponent(a)[:, None] + _e4m3_exponent(w)[None]).max(axis=-1)
     e = np.maximum(np.where(c == 0, e, np.maximum(e, _exponent(c))), -1000) - HOPPER_FRACTION_BITS  # all-zero: 0
     s = _truncate(a[:, None] * w[None], e[..., None]).sum(axis=-1) + _truncate(c, e)
     return _truncate(s, _exponent(s) - HOPPER_FRACTION_BITS)
