@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from difftest.campaign import database
@@ -66,3 +67,14 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     return f"hypothesis profile: {PROFILE} (DIFFTEST_PROFILE / CI)"
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny tensors: torch's intra-op threads only contend for the shared cores (10x slower here)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

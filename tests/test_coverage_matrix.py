@@ -24,13 +24,7 @@ T, E = 2, 4
 MATRIX = list(itertools.product(sr.ROUTING_METHODS, ACTIVATIONS, QUANT_PATHS, DTYPES))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: torch's intra-op threads only contend for the shared cores (10x slower here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_matrix_is_the_spec_matrix():

@@ -50,13 +50,7 @@ FINITE_QUANT_DISTS = tuple(d for d in gen.QUANT_DISTS if d != "nonfinite")
 TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: torch's intra-op threads only contend for the shared cores (10x slower here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def gamma(n, u):
