@@ -1,0 +1,130 @@
+"""Building FlashInfer's trtllm-gen non-GEMM kernels for the device in hand, Hopper included.
+
+FlashInfer 0.7.2.post1 compiles the trtllm-gen routing stage only for SM100/SM120
+(``gen_trtllm_gen_routing_module`` asks its compilation context for majors 10 and 12), although the
+routing sources guard their cluster kernels with ``__CUDA_ARCH__ >= 900`` and build for ``sm_90a``.
+This module builds the same source list through FlashInfer's own JIT (``flashinfer.jit.core.gen_jit_spec``)
+for the arch of the device in hand, under its own module name so an SM90 build never shadows FlashInfer's.
+
+Two things the build needs that FlashInfer normally fetches:
+
+- the ``trtllmGen_bmm_export`` headers (``DtypeDecl.h``, ``SfLayoutDecl.h``, …). The registry's
+  ``flashinfer-cubin`` wheel ships them under ``cubins/<hash>/batched_gemm-<…>/include/``; a GPU host needs
+  either that package or just this folder (70 KB) at
+  ``$FLASHINFER_CUBIN_DIR/flashinfer/trtllm/batched_gemm/trtllmGen_bmm_export``;
+- ``-DTLLM_RUBIN_FEATURES``: ``batched_gemm/KernelRunner.h`` static-asserts an ``ActType::SiTuGlu``
+  member that the published headers (flashinfer-cubin 0.6.13) lack; nothing else in these builds reads
+  the macro.
+
+The build is paid once per FlashInfer version and arch: FlashInfer's workspace
+(``FLASHINFER_WORKSPACE_BASE``) keeps the built library, and ``prebuilt_dir`` lets a copied one be reused
+on another host of the same arch without compiling (``DIFFTEST_TRTLLM_GEN_PREBUILT``).
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+EXPORT_REL = Path("flashinfer/trtllm/batched_gemm/trtllmGen_bmm_export")
+EXPORT_HEADERS = ("trtllm/gen/DtypeDecl.h", "trtllm/gen/SfLayoutDecl.h", "trtllm/gen/CudaArchDecl.h")
+
+# flashinfer/jit/fused_moe.py: gen_trtllm_gen_routing_module's source list (file names under data/csrc).
+ROUTING_SOURCES = (
+    "trtllm_fused_moe_routing_binding.cu",
+    "fused_moe/trtllm_backend/trtllm_fused_moe_routing_runner.cu",
+    "fused_moe/trtllm_backend/trtllm_fused_moe_routing_deepseek.cu",
+    "fused_moe/trtllm_backend/trtllm_fused_moe_routing_llama4.cu",
+    "fused_moe/trtllm_backend/trtllm_fused_moe_routing_custom_block.cu",
+    "fused_moe/trtllm_backend/trtllm_fused_moe_routing_custom_cluster.cu",
+    "fused_moe/trtllm_backend/trtllm_fused_moe_routing_custom_cluster_large.cu",
+    "fused_moe/trtllm_backend/trtllm_fused_moe_routing_custom_entry.cu",
+    "fused_moe/trtllm_backend/trtllm_fused_moe_routing_common.cu",
+)
+# The same defines FlashInfer passes to that build, plus the one the published headers need.
+DEFINES = ("-DTLLM_GEN_EXPORT_INTERFACE", "-DTLLM_ENABLE_CUDA", "-DENABLE_BF16", "-DENABLE_FP8", "-DENABLE_FP4",
+           "-DTLLM_RUBIN_FEATURES")
+
+
+def _header_root_candidates():
+    """Directories that may hold ``trtllmGen_bmm_export``: FLASHINFER_CUBIN_DIR, then flashinfer-cubin."""
+    env = os.environ.get("FLASHINFER_CUBIN_DIR")
+    if env:
+        yield Path(env) / EXPORT_REL
+    try:
+        import flashinfer_cubin
+    except ImportError:
+        return
+    cubins = Path(flashinfer_cubin.__file__).parent / "cubins"
+    yield from sorted(cubins.glob("*/batched_gemm-*/include/trtllmGen_bmm_export"))
+
+
+def export_headers():
+    """(path, None) for the first complete ``trtllmGen_bmm_export`` folder, or (None, why none was found)."""
+    looked = []
+    for root in _header_root_candidates():
+        if all((root / h).is_file() for h in EXPORT_HEADERS):
+            return root, None
+        looked.append(str(root))
+    where = ", ".join(looked) if looked else "FLASHINFER_CUBIN_DIR unset, flashinfer-cubin not installed"
+    return None, (f"trtllmGen_bmm_export headers not found ({where}): install flashinfer-cubin or copy its "
+                  f"include/trtllmGen_bmm_export folder to $FLASHINFER_CUBIN_DIR/{EXPORT_REL}")
+
+
+def arch_of_device():
+    """The device's arch as nvcc names it ('90a', '100a', …), from torch."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}{minor}a" if major >= 9 else f"{major}{minor}"
+
+
+def gencode(arch):
+    return f"-gencode=arch=compute_{arch},code=sm_{arch}"
+
+
+def _include_root(headers, module):
+    """A folder under FlashInfer's workspace in which ``flashinfer/trtllm/batched_gemm/…`` resolves to ``headers``."""
+    from flashinfer.jit import env
+
+    root = Path(env.FLASHINFER_GEN_SRC_DIR) / "difftest_export" / module
+    link = root / EXPORT_REL
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        if link.resolve() == Path(headers).resolve():
+            return root
+        if link.is_symlink():
+            link.unlink()
+        else:
+            shutil.rmtree(link)
+    link.symlink_to(Path(headers).resolve(), target_is_directory=True)
+    return root
+
+
+def spec(name, sources, arch, headers, extra_flags=(), extra_includes=()):
+    """A FlashInfer JitSpec for ``sources`` (paths, or names under FlashInfer's csrc) built for ``arch``."""
+    from flashinfer.jit import env
+    from flashinfer.jit.core import gen_jit_spec
+
+    module = f"difftest_{name}_sm{arch}"
+    csrc = Path(env.FLASHINFER_CSRC_DIR)
+    paths = [s if Path(s).is_absolute() else csrc / s for s in sources]
+    missing = [str(p) for p in paths if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"FlashInfer source(s) not in this flashinfer-python: {', '.join(missing)}")
+    includes = [csrc, csrc / "nv_internal", csrc / "nv_internal/include", _include_root(headers, module),
+                *extra_includes]
+    return gen_jit_spec(module, paths, extra_cuda_cflags=[gencode(arch), *DEFINES, *extra_flags],
+                        extra_include_paths=[str(p) for p in includes])
+
+
+def routing_spec(arch, headers):
+    return spec("trtllm_gen_routing", ROUTING_SOURCES, arch, headers)
+
+
+def load(jit_spec):
+    """The module: a library copied from another host of the same arch (DIFFTEST_TRTLLM_GEN_PREBUILT, a folder
+    holding ``<module>.so``) when one is there, else FlashInfer's cached build, else a fresh build."""
+    prebuilt = os.environ.get("DIFFTEST_TRTLLM_GEN_PREBUILT")
+    if prebuilt and (Path(prebuilt) / f"{jit_spec.name}.so").is_file():
+        return jit_spec.load(Path(prebuilt) / f"{jit_spec.name}.so")
+    return jit_spec.build_and_load()
