@@ -38,6 +38,10 @@ BIASED_METHODS = ("deepseek_v3", "minimax2")  # the methods whose selection adds
 LOGIT_DTYPES = ("fp32", "bf16", "fp16")
 BIAS_DTYPES = ("fp32", "bf16")
 QUANT_INPUT_DTYPES = ("bf16", "fp16", "fp32")
+MAX_TILE_TOKENS = 256
+# Fields added after fixtures existed: written only when they differ from these defaults, so every older
+# case serializes (and digests, and names its fixture) exactly as before.
+ROUTING_LATE_DEFAULTS = {"tile_tokens_dim": None, "local_expert_offset": 0, "local_num_experts": None}
 
 
 class CaseError(ValueError):
@@ -59,6 +63,11 @@ class RoutingConfig:
     bias_dtype: str | None = None  # None: no correction bias
     num_fused_shared_experts: int = 0
     group_mask_value: float = -math.inf  # deepseek_v2 only: 0.0 (SGLang grouped_topk_gpu) or -inf (vLLM)
+    # The permutation a routing stage hands to grouped GEMMs (spec/permutation.py), routing op only: tokens
+    # padded per local expert to tile_tokens_dim rows; None: the implementation returns no permutation.
+    tile_tokens_dim: int | None = None
+    local_expert_offset: int = 0
+    local_num_experts: int | None = None  # None: all num_experts are local
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,21 @@ def check_routing(c):
     _require(
         c.group_mask_value in (0.0, -math.inf), f"group_mask_value={c.group_mask_value} must be 0.0 or -inf"
     )
+    tile = c.tile_tokens_dim
+    _require(
+        tile is None or (isinstance(tile, int) and 1 <= tile <= MAX_TILE_TOKENS and tile & (tile - 1) == 0),
+        f"tile_tokens_dim={tile} must be None or a power of two in [1, {MAX_TILE_TOKENS}]",
+    )
+    E, local = c.num_experts, c.local_num_experts
+    _require(0 <= c.local_expert_offset < E, f"local_expert_offset={c.local_expert_offset} not in [0, {E})")
+    _require(
+        local is None or 1 <= local <= E - c.local_expert_offset,
+        f"local_num_experts={local} must be in [1, num_experts - local_expert_offset = {E - c.local_expert_offset}]",
+    )
+    _require(
+        tile is not None or (c.local_expert_offset == 0 and local is None),
+        "local_expert_offset / local_num_experts describe the permutation: they need a tile_tokens_dim",
+    )
 
 
 def check_quant(c):
@@ -204,6 +228,11 @@ def check_moe(c):
     _require(
         c.routing.num_fused_shared_experts == 0, "moe cases take no fused shared experts (routing op only)"
     )
+    _require(
+        c.routing.tile_tokens_dim is None and c.routing.local_num_experts is None
+        and c.routing.local_expert_offset == 0,
+        "moe cases shard experts with MoEConfig.local_expert_offset / local_num_experts, not their routing's",
+    )
 
 
 CHECKS = {"routing": check_routing, "quant": check_quant, "moe": check_moe}
@@ -221,12 +250,14 @@ def _config_from_dict(cls, d):
         raise CaseError(f"{cls.__name__}: missing fields {sorted(missing)}")
     d = dict(d)
     for f in fields(cls):
+        optional = f.type in ("int | None", int | None)
         if (
             f.name in d
-            and f.type in ("int", int)
+            and (f.type in ("int", int) or (optional and d[f.name] is not None))
             and (not isinstance(d[f.name], int) or isinstance(d[f.name], bool))
         ):
-            raise CaseError(f"{cls.__name__}.{f.name} must be an integer, got {d[f.name]!r}")
+            raise CaseError(f"{cls.__name__}.{f.name} must be an integer{' or null' if optional else ''}, "
+                            f"got {d[f.name]!r}")
     if cls is MoEConfig:
         d["routing"] = _config_from_dict(RoutingConfig, d["routing"])
     if "group_mask_value" in d and d["group_mask_value"] is not None:
@@ -252,6 +283,15 @@ def _unjson(x):
 
 def _is_seed(x):
     return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+
+
+def _without_late_defaults(d):
+    """A config dict without the ROUTING_LATE_DEFAULTS fields that hold their defaults (nested routing too)."""
+    if "routing" in d:
+        return {**d, "routing": _without_late_defaults(d["routing"])}
+    if "method" not in d:
+        return d
+    return {k: v for k, v in d.items() if k not in ROUTING_LATE_DEFAULTS or v != ROUTING_LATE_DEFAULTS[k]}
 
 
 CASE_FIELDS = {"op", "config", "dist", "seed"}
@@ -283,7 +323,8 @@ class Case:
         )
 
     def to_dict(self):
-        d = {"op": self.op, "config": _jsonable(asdict(self.config)), "dist": self.dist, "seed": self.seed}
+        d = {"op": self.op, "config": _jsonable(_without_late_defaults(asdict(self.config))), "dist": self.dist,
+             "seed": self.seed}
         return d if self.weight_seed is None else {**d, "weight_seed": self.weight_seed}
 
     @classmethod
