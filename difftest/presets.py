@@ -215,6 +215,62 @@ PRESETS[MONO_MOE] = Preset(
 )
 
 
+# FlashInfer's trtllm-gen routing stage (impls/flashinfer/trtllm_gen_routing.py): every RoutingMethodType it
+# runs, within the kernels' limits, with the permutation it hands to the GEMMs (a tile_tokens_dim of 8…128 and
+# expert-parallel shards), fused shared experts on the grouped DeepSeekV3 path, and token counts up to
+# TRTLLM_GEN_MAX_TOKENS that reach every kernel path: TRTLLM_GEN_TOKEN_EDGES are the thresholds at which the
+# runner switches path (docs/trtllm_gen_routing.md), each drawn with its neighbours.
+TRTLLM_GEN_ROUTING = "trtllm-gen-routing"
+TRTLLM_GEN_METHODS = ("deepseek_v3", "minimax2", "default", "renormalize", "renormalize_naive", "topk",
+                      "sigmoid_renorm", "sigmoid", "topk_sigmoid", "llama4")
+TRTLLM_GEN_MAX_TOKENS = int(os.environ.get("DIFFTEST_TRTLLM_GEN_MAX_TOKENS", "8192"))
+TRTLLM_GEN_TOKEN_EDGES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+TRTLLM_GEN_EXPERTS = ((256, 8, 4), (256, 1, 1), (384, 1, 1), (512, 1, 1), (128, 8, 4), (160, 1, 1), (128, 1, 1),
+                      (64, 4, 2), (64, 8, 4), (72, 8, 3), (32, 4, 4), (16, 1, 1), (8, 1, 1))
+PRESETS[TRTLLM_GEN_ROUTING] = Preset(
+    "deepseek_v3", 256, 8, 8, 4, 2.5, True, "swiglu", "bf16", 7168, 2048, False,
+    "https://github.com/flashinfer-ai/flashinfer (0.7.2.post1 fused_moe/trtllm_gen_routing.py: Routing::Runner)",
+)
+
+
+def trtllm_gen_tokens():
+    """T in [1, TRTLLM_GEN_MAX_TOKENS]: the path thresholds ± 1, or log-uniform (every octave as likely)."""
+    top = TRTLLM_GEN_MAX_TOKENS
+    edges = sorted({n for e in TRTLLM_GEN_TOKEN_EDGES for n in (e - 1, e, e + 1) if 1 <= n <= top})
+    octave = st.integers(0, max(0, top.bit_length() - 1)).flatmap(
+        lambda b: st.integers(1 << b, min(top, (2 << b) - 1)))
+    return st.one_of(st.sampled_from(edges), octave)
+
+
+@st.composite
+def _trtllm_gen_routing(draw):
+    method = draw(st.sampled_from(TRTLLM_GEN_METHODS), label="method")
+    E, G, tg = draw(st.sampled_from(TRTLLM_GEN_EXPERTS), label="experts")
+    if method != "deepseek_v3":
+        G = tg = 1
+    grouped = G > 1
+    most = min(8, E - 1, tg * (E // G) - 1 if grouped else E)
+    k = 1 if method == "llama4" else draw(st.integers(1, most), label="top_k")
+    biased = method in ("deepseek_v3", "minimax2")
+    renorm = biased or method == "sigmoid_renorm" and draw(st.booleans(), label="renormalize")
+    shared = draw(st.integers(0, 2), label="shared") if grouped else 0
+    tile = draw(st.sampled_from([8, 16, 32, 64, 128]), label="tile_tokens_dim")
+    offset, local = 0, None
+    if draw(st.integers(0, 2), label="expert_parallel") == 0:
+        local = draw(st.integers(1, E), label="local_num_experts")
+        offset = draw(st.integers(0, E - local), label="local_expert_offset")
+    return RoutingConfig(
+        method=method, num_tokens=draw(trtllm_gen_tokens(), label="num_tokens"), num_experts=E, top_k=k,
+        n_group=G, topk_group=tg,
+        routed_scaling_factor=draw(st.sampled_from([None, 1.0, 2.5, 2.826]), label="rsf") if biased else None,
+        renormalize=renorm or method not in ("deepseek_v3", "sigmoid_renorm"),
+        eps=1e-20 if method in ("deepseek_v3", "minimax2", "sigmoid_renorm") else 0.0,
+        logits_dtype=draw(st.sampled_from(["fp32", "bf16"]), label="logits_dtype"),
+        bias_dtype=draw(st.sampled_from([None, "fp32", "fp32", "bf16"]), label="bias_dtype") if biased else None,
+        num_fused_shared_experts=shared, tile_tokens_dim=tile, local_expert_offset=offset, local_num_experts=local,
+    )
+
+
 def weight_seed(name):
     """The expert-weight seed shared by preset ``name``'s moe cases, or None: weights from each case's seed."""
     if not PRESETS[name].fixed_weights:
@@ -307,6 +363,8 @@ def configs(name, op):
     """Strategy of `op` configurations around preset `name`; None when the model has no such op (bf16: no
     quantizer)."""
     p = PRESETS[name]
+    if name == TRTLLM_GEN_ROUTING:
+        return _trtllm_gen_routing() if op == "routing" else None
     if name == MONO_MOE:
         mono = {"routing": _mono_routing(num_tokens(MONO_MAX_TOKENS)), "moe": _mono_moe()}
         return mono.get(op, _quant(p) if op == "quant" else None)

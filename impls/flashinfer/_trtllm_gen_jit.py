@@ -103,8 +103,11 @@ def _include_root(headers, module):
 def spec(name, sources, arch, headers, extra_flags=(), extra_includes=()):
     """A FlashInfer JitSpec for ``sources`` (paths, or names under FlashInfer's csrc) built for ``arch``."""
     from flashinfer.jit import env
-    from flashinfer.jit.core import gen_jit_spec
+    from flashinfer.jit.core import current_compilation_context, gen_jit_spec
 
+    if not current_compilation_context.TARGET_CUDA_ARCHS:  # no device here: the arch is given, not probed
+        minor = arch[-2:] if arch.endswith("a") else arch[-1:]
+        current_compilation_context.TARGET_CUDA_ARCHS.add((int(arch[: -len(minor)]), minor))
     module = f"difftest_{name}_sm{arch}"
     csrc = Path(env.FLASHINFER_CSRC_DIR)
     paths = [s if Path(s).is_absolute() else csrc / s for s in sources]

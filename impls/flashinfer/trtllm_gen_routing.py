@@ -1,0 +1,218 @@
+"""FlashInfer's trtllm-gen MoE routing stage, standalone: expert selection, bf16 weights and the permutation
+the trtllm-gen fused MoE hands to its grouped GEMMs (``Routing::Runner::run``, the first kernel launched by
+``trtllm_bf16_moe`` / ``trtllm_fp8_block_scale_moe`` / ``trtllm_fp4_block_scale_moe``).
+
+FlashInfer 0.7.2.post1 exposes it as ``flashinfer.fused_moe.trtllm_gen_routing`` for SM100/SM103/SM120 only.
+Its kernels guard their Hopper-only parts with ``__CUDA_ARCH__ >= 900`` and build for ``sm_90a``, so on an
+SM90 device this adapter builds the same source list through FlashInfer's JIT for the device's arch
+(impls/flashinfer/_trtllm_gen_jit.py) and calls the same binding; elsewhere it calls FlashInfer's own
+module. What the kernels compute, per method, and which source lines say so: docs/trtllm_gen_routing.md.
+
+Outputs (numpy, docs/interfaces.md): ``ids`` and ``weights`` [T, k + S] per selection slot, as FlashInfer's
+wrapper reconstructs them (the kernels write no ids: slot (t, j) sits at permuted row
+``expanded_idx_to_permuted_idx[t, j]``, in CTA tile ``row // tile_tokens_dim``, whose expert is
+``cta_idx_xy_to_batch_idx[tile] + local_expert_offset``), and with a ``tile_tokens_dim`` in the case the
+permutation itself, checked against spec/permutation.py. A case with an expert-parallel shard runs twice:
+once with every expert local, for the ids of the whole selection, and once with the shard, for its
+permutation; the two runs must agree on every local slot and on the weights.
+Integer outputs are allocated pre-filled with UNWRITTEN, so an entry the kernel should have written and
+did not shows up as such instead of as stale memory.
+"""
+
+import functools
+import os
+
+import numpy as np
+
+from . import _trtllm_gen_jit as jit
+from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_torch
+
+NAME = "flashinfer.trtllm_gen_routing"
+OP = "routing"
+DETERMINISTIC = True
+RECIPE = "flashinfer_trtllm_gen_routing"
+NATIVE = ((10, 0), (10, 3), (12, 0), (12, 1))  # FlashInfer builds and gates the module for these
+BUILT_HERE = ((9, 0),)  # built by this project for sm_90a
+METHODS = {"default": "Default", "renormalize": "Renormalize", "deepseek_v3": "DeepSeekV3",
+           "llama4": "Llama4", "renormalize_naive": "RenormalizeNaive", "topk": "TopK",
+           "sigmoid_renorm": "SigmoidRenorm", "minimax2": "MiniMax2", "sigmoid": "Sigmoid",
+           "topk_sigmoid": "TopKSigmoid"}
+EPS = 1e-20  # mSumEpsilon of every renormalizing path (trtllm_fused_moe_routing_runner.cu)
+DEFAULT_TILE = 8  # FlashInfer's default tile_tokens_dim
+UNWRITTEN = -7
+PERMUTATION_KEYS = ("total_num_padded_tokens", "expanded_idx_to_permuted_idx", "permuted_idx_to_token_idx",
+                    "cta_idx_xy_to_batch_idx", "cta_idx_xy_to_mn_limit", "num_non_exiting_ctas")
+DEEPSEEK_MAX_TOPK_GROUP = 4
+DEEPSEEK_MAX_GROUPS = 8
+DEEPSEEK_MAX_EXPERTS = 512  # NumNemotronExperts: routed + fused shared
+ARCH_ENV = "DIFFTEST_TRTLLM_GEN_ARCH"  # force an nvcc arch ("90a") e.g. to prebuild on a host without a GPU
+
+
+def _capability_problem():
+    return cuda_problem(NATIVE + BUILT_HERE)
+
+
+def _headers_problem():
+    import torch
+
+    if torch.cuda.get_device_capability() in NATIVE:
+        return None
+    return jit.export_headers()[1]
+
+
+def available():
+    return first_problem(flashinfer_problem, _capability_problem, _headers_problem)
+
+
+def unsupported(config):
+    """None when a RoutingConfig is within the kernels' declared limits (the binding's and the runner's
+    checks, trtllm_fused_moe_routing_binding.cu / _runner.cu / _deepseek.cu); else the violated one."""
+    c = config
+    E, k, S, G, tg = c.num_experts, c.top_k, c.num_fused_shared_experts, c.n_group, c.topk_group
+    if c.method not in METHODS:
+        return f"method {c.method!r} has no trtllm-gen RoutingMethodType (one of {tuple(METHODS)})"
+    if c.num_tokens == 0:
+        return "num_tokens=0: the binding refuses it ('num_tokens must be >= 1')"
+    if c.logits_dtype not in ("fp32", "bf16"):
+        return f"logits_dtype {c.logits_dtype!r}: the kernels read fp32 or bf16 logits"
+    if S and not (c.method == "deepseek_v3" and G > 1):
+        return "fused shared experts: only the grouped DeepSeekV3 kernel writes their slots"
+    if c.method in ("deepseek_v3", "minimax2", "sigmoid_renorm") and c.renormalize and c.eps != EPS:
+        return f"eps={c.eps}: the renormalizing kernels divide by Σ + {EPS}"
+    if c.method in ("deepseek_v3", "minimax2") and not c.renormalize:
+        return f"renormalize=False: the {c.method} kernels always renormalize"
+    if c.method == "minimax2" and c.routed_scaling_factor not in (None, 1.0):
+        pass  # the runner passes routedScalingFactor through (mRouteScale), as the spec scales
+    if c.method not in ("deepseek_v3", "minimax2") and c.routed_scaling_factor not in (None, 1.0):
+        return f"routed_scaling_factor={c.routed_scaling_factor}: {c.method} kernels apply no scaling factor"
+    if c.method == "deepseek_v3":
+        if G > 1:
+            if E % 4:
+                return f"grouped DeepSeekV3 needs num_experts % 4 == 0 (E={E})"
+            if G > DEEPSEEK_MAX_GROUPS or tg > DEEPSEEK_MAX_TOPK_GROUP:
+                return (f"grouped DeepSeekV3 takes n_group <= {DEEPSEEK_MAX_GROUPS}, topk_group <= "
+                        f"{DEEPSEEK_MAX_TOPK_GROUP} (got {G}, {tg})")
+            if E // G > 32:
+                return f"grouped DeepSeekV3: one warp per group, experts per group {E // G} > 32"
+            if k > (8 if E <= 384 else 22):
+                return f"grouped DeepSeekV3: top_k={k} above its limit for E={E}"
+            if k >= tg * (E // G):
+                return f"grouped DeepSeekV3 needs top_k < topk_group·E/n_group ({k} >= {tg * (E // G)})"
+            if E + S > DEEPSEEK_MAX_EXPERTS:
+                return f"grouped DeepSeekV3: num_experts + shared = {E + S} > {DEEPSEEK_MAX_EXPERTS}"
+    if c.method == "llama4" and k != 1:
+        return "llama4 needs top_k == 1"
+    if c.bias_dtype is not None and c.method not in ("deepseek_v3", "minimax2"):
+        return f"a bias is read by DeepSeekV3 and MiniMax2 only, not {c.method!r}"
+    return None
+
+
+def call_args(config):
+    """The binding's scalar arguments and output sizes for a RoutingConfig (FlashInfer's wrapper's sizing:
+    Routing::getMaxNumCtasInBatchDim / getMaxPermutedPaddedCount)."""
+    c = config
+    tile = c.tile_tokens_dim or DEFAULT_TILE
+    E, k, S, T = c.num_experts, c.top_k, c.num_fused_shared_experts, c.num_tokens
+    remaining = T * (k + S)
+    filled = min(E + S, remaining)
+    max_ctas = filled + (remaining - filled) // tile
+    local = E if c.local_num_experts is None else c.local_num_experts
+    grouped = c.method == "deepseek_v3" and c.n_group > 1
+    return dict(top_k=k, num_fused_shared_experts=S, n_group=c.n_group if grouped else 0,
+                topk_group=c.topk_group if grouped else 0, local_expert_offset=c.local_expert_offset,
+                local_num_experts=local, routed_scaling_factor=float(c.routed_scaling_factor or 1.0),
+                tile_tokens_dim=tile, norm_topk_prob=bool(c.renormalize),
+                max_ctas=max_ctas, max_padded=max_ctas * tile, histogram_size=max(2 * (E + S), 512))
+
+
+def method_type(method):
+    from flashinfer.tllm_enums import RoutingMethodType
+
+    return int(getattr(RoutingMethodType, METHODS[method]))
+
+
+@functools.cache
+def _module():
+    import torch
+
+    if torch.cuda.get_device_capability() in NATIVE and not os.environ.get(ARCH_ENV):
+        from flashinfer.fused_moe.trtllm_gen_routing import get_trtllm_gen_routing_module
+
+        return get_trtllm_gen_routing_module()
+    headers, why = jit.export_headers()
+    if headers is None:
+        raise RuntimeError(why)
+    return jit.load(jit.routing_spec(os.environ.get(ARCH_ENV) or jit.arch_of_device(), headers))
+
+
+def trtllm_gen_routing(logits, bias, method, a, *, local_expert_offset, local_num_experts, enable_pdl=None):
+    """One launch of the routing stage. ``a``: call_args(); logits [T, E] fp32|bf16 CUDA, bias [E] or None.
+    Returns a dict of torch tensors: topk_weights and the six permutation outputs."""
+    import torch
+
+    from flashinfer.utils import device_support_pdl
+
+    T, E = logits.shape
+    K = a["top_k"] + a["num_fused_shared_experts"]
+    dev = logits.device
+
+    def i32(*shape):
+        return torch.full(shape, UNWRITTEN, dtype=torch.int32, device=dev)
+
+    out = dict(topk_packed=i32(T, K), topk_weights=torch.full((T, K), float("nan"), dtype=torch.bfloat16,
+                                                              device=dev),
+               expert_count_histogram=i32(a["histogram_size"]), total_num_padded_tokens=i32(1),
+               expanded_idx_to_permuted_idx=i32(T, K), permuted_idx_to_token_idx=i32(a["max_padded"]),
+               cta_idx_xy_to_batch_idx=i32(a["max_ctas"]), cta_idx_xy_to_mn_limit=i32(a["max_ctas"]),
+               num_non_exiting_ctas=i32(1))
+    pdl = device_support_pdl(dev) if enable_pdl is None else enable_pdl
+    _module().trtllm_gen_routing(
+        logits, bias, out["topk_packed"], out["topk_weights"], out["expert_count_histogram"],
+        out["total_num_padded_tokens"], out["expanded_idx_to_permuted_idx"], out["permuted_idx_to_token_idx"],
+        out["cta_idx_xy_to_batch_idx"], out["cta_idx_xy_to_mn_limit"], out["num_non_exiting_ctas"],
+        a["top_k"], a["num_fused_shared_experts"], a["n_group"], a["topk_group"], local_expert_offset,
+        local_num_experts, a["routed_scaling_factor"], a["tile_tokens_dim"], method_type(method),
+        a["norm_topk_prob"], pdl)
+    return out
+
+
+def slot_ids(expanded_idx_to_permuted_idx, cta_idx_xy_to_batch_idx, tile, offset):
+    """FlashInfer's reconstruction of the expert of each selection slot from the permuted layout (numpy):
+    -1 for slots outside the local shard (negative permuted index)."""
+    e2p = np.asarray(expanded_idx_to_permuted_idx, np.int64)
+    ctas = np.asarray(cta_idx_xy_to_batch_idx, np.int64)
+    tiles = np.where(e2p >= 0, e2p, 0) // tile
+    inside = (e2p >= 0) & (tiles < ctas.size)
+    return np.where(inside, ctas[np.where(inside, tiles, 0)] + offset, -1).astype(np.int32)
+
+
+def run(config, inputs, device="cuda"):
+    """inputs {"logits" [T, E], "bias" [E] or absent} -> {"ids", "weights"} (+ the permutation)."""
+    import torch
+
+    c = config
+    logits = to_torch(inputs["logits"], c.logits_dtype, device)
+    bias = None
+    if "bias" in inputs:
+        bias = to_torch(inputs["bias"], "fp32", device)
+        if c.bias_dtype == "bf16":
+            bias = bias.to(torch.bfloat16)  # the caller's cast; the kernel then reads bf16
+    a = call_args(c)
+    full = trtllm_gen_routing(logits, bias, c.method, a, local_expert_offset=0, local_num_experts=c.num_experts)
+    torch.cuda.synchronize()
+    got = {k: to_numpy(v) for k, v in full.items()}
+    tile = a["tile_tokens_dim"]
+    ids = slot_ids(got["expanded_idx_to_permuted_idx"], got["cta_idx_xy_to_batch_idx"], tile, 0)
+    result = {"ids": ids, "weights": got["topk_weights"]}
+    if c.tile_tokens_dim is None:
+        return result
+    shard = got
+    if a["local_expert_offset"] != 0 or a["local_num_experts"] != c.num_experts:
+        part = trtllm_gen_routing(logits, bias, c.method, a, local_expert_offset=a["local_expert_offset"],
+                                  local_num_experts=a["local_num_experts"])
+        torch.cuda.synchronize()
+        shard = {k: to_numpy(v) for k, v in part.items()}
+        if not np.array_equal(shard["topk_weights"], got["topk_weights"], equal_nan=True):
+            t = int(np.argwhere(~np.isclose(shard["topk_weights"], got["topk_weights"], 0, 0, True))[0, 0])
+            raise AssertionError(f"weights of token {t} differ between the full and the sharded launch")
+    return {**result, **{k: shard[k] for k in PERMUTATION_KEYS}}

@@ -1,0 +1,135 @@
+"""The trtllm-gen routing adapter on CPU: the build it asks FlashInfer's JIT for, the binding's arguments and
+output sizes, the ids it reconstructs from the permuted layout, its limits and availability reasons."""
+
+import ast
+import dataclasses
+import importlib.util
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
+                                reason="flashinfer-python not installed "
+                                "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
+torch = pytest.importorskip("torch")
+
+from difftest.case import RoutingConfig  # noqa: E402
+from impls.flashinfer import _trtllm_gen_jit as jit  # noqa: E402
+from impls.flashinfer import trtllm_gen_routing as tg  # noqa: E402
+
+DSV3 = RoutingConfig("deepseek_v3", 5, 256, 8, 8, 4, 2.5, eps=tg.EPS, tile_tokens_dim=16)
+
+
+def test_source_list_is_flashinfers():
+    """The project builds exactly the files FlashInfer's own routing JitSpec lists (read from its source, so a
+    FlashInfer release that adds or renames one fails here instead of at link time on the GPU host)."""
+    from flashinfer.jit import fused_moe
+
+    tree = ast.parse(inspect.getsource(fused_moe.gen_trtllm_gen_routing_module))
+    named = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and str(n.value).endswith(".cu")]
+    assert tuple(named) == jit.ROUTING_SOURCES
+
+
+def test_routing_spec_targets_the_arch_with_the_headers(monkeypatch, tmp_path):
+    from flashinfer.jit import env
+    from flashinfer.jit.core import current_compilation_context as ctx
+
+    headers = tmp_path / "hdr"
+    for h in jit.EXPORT_HEADERS:
+        (headers / h).parent.mkdir(parents=True, exist_ok=True)
+        (headers / h).write_text("")
+    monkeypatch.setattr(env, "FLASHINFER_GEN_SRC_DIR", tmp_path / "gen")
+    monkeypatch.setattr(ctx, "TARGET_CUDA_ARCHS", set())  # as on a host without a GPU: the arch is given
+    spec = jit.routing_spec("90a", headers)
+    assert spec.name == "difftest_trtllm_gen_routing_sm90a"
+    assert [p.name for p in spec.sources] == [Path(s).name for s in jit.ROUTING_SOURCES]
+    flags = spec.extra_cuda_cflags
+    assert "-gencode=arch=compute_90a,code=sm_90a" in flags and "-DTLLM_RUBIN_FEATURES" in flags
+    roots = [Path(p) for p in spec.extra_include_dirs]
+    assert any((r / jit.EXPORT_REL / "trtllm/gen/DtypeDecl.h").is_file() for r in roots)
+    assert ctx.TARGET_CUDA_ARCHS == {(9, "0a")}
+
+
+def test_missing_headers_name_where_they_were_looked_for(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLASHINFER_CUBIN_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "_header_root_candidates", lambda: iter([tmp_path / jit.EXPORT_REL]))
+    path, why = jit.export_headers()
+    assert path is None and str(tmp_path) in why and "flashinfer-cubin" in why
+
+
+def test_sizes_match_flashinfers_mirror():
+    from flashinfer.fused_moe.trtllm_gen_routing import _max_num_ctas_in_batch_dim, max_num_padded_tokens
+
+    for T, k, S, E, tile in [(1, 8, 0, 256, 8), (5, 8, 1, 256, 16), (4096, 8, 2, 256, 128), (3, 1, 0, 16, 64)]:
+        c = dataclasses.replace(DSV3, num_tokens=T, top_k=k, num_fused_shared_experts=S, num_experts=E,
+                                n_group=8 if E % 8 == 0 and E // 8 >= 2 else 1,
+                                topk_group=4 if E % 8 == 0 and E // 8 >= 2 else 1, tile_tokens_dim=tile)
+        a = tg.call_args(c)
+        assert a["max_ctas"] == _max_num_ctas_in_batch_dim(T, k + S, E + S, tile)
+        assert a["max_padded"] == max_num_padded_tokens(T, k + S, E + S, tile)
+        assert a["histogram_size"] == max(2 * (E + S), 512)
+
+
+def test_call_args_per_method():
+    a = tg.call_args(DSV3)
+    assert (a["n_group"], a["topk_group"], a["routed_scaling_factor"], a["tile_tokens_dim"]) == (8, 4, 2.5, 16)
+    flat = tg.call_args(RoutingConfig("renormalize", 3, 64, 4))
+    assert (flat["n_group"], flat["topk_group"], flat["routed_scaling_factor"]) == (0, 0, 1.0)
+    assert flat["tile_tokens_dim"] == tg.DEFAULT_TILE
+    shard = tg.call_args(dataclasses.replace(DSV3, local_expert_offset=64, local_num_experts=32))
+    assert (shard["local_expert_offset"], shard["local_num_experts"]) == (64, 32)
+
+
+def test_slot_ids_read_the_tile_of_each_permuted_row():
+    # tile 4: tiles 0,1 belong to local expert 2, tile 2 to local expert 5; offset 10
+    e2p = np.array([[0, 9], [4, -1], [1, 8]])
+    ctas = np.array([2, 2, 5])
+    assert tg.slot_ids(e2p, ctas, 4, 10).tolist() == [[12, 15], [12, -1], [12, 15]]
+    assert tg.slot_ids(np.array([[12]]), ctas, 4, 0).tolist() == [[-1]]  # a row past the CTAs: not an expert
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(num_tokens=0), "num_tokens=0"),
+    (dict(logits_dtype="fp16"), "logits_dtype 'fp16'"),
+    (dict(method="deepseek_v2"), "no trtllm-gen RoutingMethodType"),
+    (dict(topk_group=5, n_group=8), "topk_group <= 4"),
+    (dict(eps=0.0), "Σ + 1e-20"),
+    (dict(renormalize=False), "always renormalize"),
+    (dict(num_experts=512, n_group=8), "experts per group 64 > 32"),
+])
+def test_limits_name_the_violated_constraint(change, reason):
+    assert tg.unsupported(DSV3) is None
+    got = tg.unsupported(dataclasses.replace(DSV3, **change))
+    assert got is not None and reason in got, got
+
+
+def test_shared_experts_only_on_the_grouped_kernel():
+    assert tg.unsupported(dataclasses.replace(DSV3, num_fused_shared_experts=2)) is None
+    flat = RoutingConfig("deepseek_v3", 4, 256, 8, eps=tg.EPS, num_fused_shared_experts=1)
+    assert "grouped DeepSeekV3 kernel" in tg.unsupported(flat)
+
+
+def test_preset_draws_only_supported_cases_over_every_method():
+    from hypothesis import given, settings
+
+    from difftest import presets
+
+    seen = set()
+
+    @settings(max_examples=200, database=None, deadline=None)
+    @given(presets.configs(presets.TRTLLM_GEN_ROUTING, "routing"))
+    def draw(c):
+        assert tg.unsupported(c) is None, (c, tg.unsupported(c))
+        assert c.tile_tokens_dim in (8, 16, 32, 64, 128)
+        seen.add(c.method)
+
+    draw()
+    assert seen == set(presets.TRTLLM_GEN_METHODS)
+
+
+def test_unavailable_on_cpu_says_why():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert tg.available() == "no CUDA device (torch.cuda.is_available() is False)"
