@@ -23,6 +23,7 @@ on another host of the same arch without compiling (``DIFFTEST_TRTLLM_GEN_PREBUI
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 EXPORT_REL = Path("flashinfer/trtllm/batched_gemm/trtllmGen_bmm_export")
@@ -126,8 +127,13 @@ def routing_spec(arch, headers):
 
 def load(jit_spec):
     """The module: a library copied from another host of the same arch (DIFFTEST_TRTLLM_GEN_PREBUILT, a folder
-    holding ``<module>.so``) when one is there, else FlashInfer's cached build, else a fresh build."""
+    holding ``<module>.so``) when one is there and loads, else FlashInfer's cached build, else a fresh build."""
     prebuilt = os.environ.get("DIFFTEST_TRTLLM_GEN_PREBUILT")
-    if prebuilt and (Path(prebuilt) / f"{jit_spec.name}.so").is_file():
-        return jit_spec.load(Path(prebuilt) / f"{jit_spec.name}.so")
+    so = Path(prebuilt or ".") / f"{jit_spec.name}.so"
+    if prebuilt and so.is_file():
+        try:
+            return jit_spec.load(so)
+        except Exception as e:  # e.g. a host whose C library is older than the builder's: build here instead
+            print(f"difftest: prebuilt {so} does not load here ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                  "building", file=sys.stderr)
     return jit_spec.build_and_load()
