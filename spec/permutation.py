@@ -122,7 +122,9 @@ def ids_from_permutation(expanded_to_permuted, cta_idx_xy_to_batch_idx, tile_tok
     id[t, k] = batch_idx[p // tile] for p = expanded_to_permuted[t, k] >= 0, else -1."""
     e2p = np.asarray(expanded_to_permuted, np.int64)
     batch = np.asarray(cta_idx_xy_to_batch_idx, np.int64)
-    return np.where(e2p >= 0, batch[np.clip(e2p, 0, None) // tile_tokens_dim], -1)
+    ids = np.full(e2p.shape, -1, np.int64)
+    ids[e2p >= 0] = batch[e2p[e2p >= 0] // tile_tokens_dim]
+    return ids
 
 
 def check_permutation(local_ids, num_local_experts, tile_tokens_dim, *, total_num_padded_tokens,
