@@ -126,6 +126,24 @@ FUSED_TOPK_DEEPSEEK = Recipe(name="flashinfer_fused_topk_deepseek", sigmoid="tan
 FUSED_TOPK_DEEPSEEK_BF16 = FUSED_TOPK_DEEPSEEK.but(name="flashinfer_fused_topk_deepseek_bf16", logits="bf16",
                                                    routing_weights="bf16")
 
+# FlashInfer trtllm-gen routing stage (flashinfer.trtllm_gen_routing, docs/trtllm_gen_routing.md §2, §7): keys in
+# fp32 from the given logits; σ = 0.5·tanhf(0.5x) + 0.5 (RoutingKernel.cuh:128) built with -use_fast_math
+# (jit/core.py:708,746), so tanhf is tanh.approx.f32 and stores flush subnormals (FTZ); weights written in bf16
+# (runner.cu:76,124,163,228,277); w = s·rsf/(Σs + 1e-20) (deepseek.cu:338, RoutingCustomPolicy.cuh:477). The
+# routingCustom and Llama4 kernels read the bias as fp32 (RoutingCustomPolicy.cuh:232, loadScalar returns float).
+TRTLLM_GEN_ROUTING = Recipe(name="flashinfer_trtllm_gen_routing", sigmoid="tanh", routing_weights="bf16",
+                            renorm_order="scale_then_divide", subnormals="flush")
+# DeepSeekV3 with n_group > 1 runs routingDeepSeek's main kernel, which converts the bias to the bf16 weight type
+# before adding it to the fp32 sigmoid (deepseek.cu:159-162, biasVal is OutputT): keys off by up to half a bf16 ulp
+# of the bias, the H200's 0.5-1 % grouped disagreements with float64 (docs/trtllm_gen_routing.md §3).
+TRTLLM_GEN_ROUTING_GROUPED = TRTLLM_GEN_ROUTING.but(name="flashinfer_trtllm_gen_routing_grouped", bias="bf16")
+
+
+def trtllm_gen_routing(method, n_group):
+    """The trtllm-gen routing recipe of a case: _GROUPED for deepseek_v3 with n_group > 1 (runner.cu:65, 159)."""
+    return TRTLLM_GEN_ROUTING_GROUPED if method == "deepseek_v3" and n_group > 1 else TRTLLM_GEN_ROUTING
+
+
 # SGLang Triton FP8 block path (sem §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
 # bf16 intermediate caches, router weight in GEMM2's fp32 epilogue, fp32 moe_sum_reduce.
 SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_variant="mul_rcp_amax",
@@ -146,5 +164,6 @@ TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_
                          for r in (TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8, TORCH_EAGER_NVFP4))
 
 NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK_DEEPSEEK, FUSED_TOPK_DEEPSEEK_BF16,
+                              TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED,
                               SGLANG_TRITON_FP8_BLOCK, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
                               TORCH_EAGER_NVFP4, *TORCH_EAGER_CUDA)}
