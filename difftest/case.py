@@ -67,7 +67,7 @@ class RoutingConfig:
     # padded per local expert to tile_tokens_dim rows; None: the implementation returns no permutation.
     tile_tokens_dim: int | None = None
     local_expert_offset: int = 0
-    local_num_experts: int | None = None  # None: all num_experts are local
+    local_num_experts: int | None = None  # None: every expert from local_expert_offset on
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spec import bounds
+from spec import bounds, permutation
 from spec.numerics import FP32, as_format
 
 from . import impl_spec
@@ -272,6 +272,27 @@ def check_ids(config, inputs, ids, recipe, tag, spec=None):
     return PASS._replace(near_ties=int((~same).sum())), spec, same
 
 
+PERMUTATION_KEYS = ("total_num_padded_tokens", "expanded_idx_to_permuted_idx", "permuted_idx_to_token_idx",
+                    "cta_idx_xy_to_batch_idx", "cta_idx_xy_to_mn_limit", "num_non_exiting_ctas")
+
+
+def compare_permutation(c, ids, out, tag):
+    """The padded per-expert layout (spec/permutation.py) at the implementation's own ids: counts, offsets,
+    CTA tables and the token map exactly; the order of rows inside an expert is the implementation's."""
+    missing = [k for k in PERMUTATION_KEYS if k not in out]
+    if missing:
+        return Verdict(False, np.inf, f"the case has tile_tokens_dim={c.tile_tokens_dim} but no {missing} [{tag}]")
+    L = c.num_experts - c.local_expert_offset if c.local_num_experts is None else c.local_num_experts
+    S = c.num_fused_shared_experts
+    local = permutation.local_expert_ids(ids, c.num_experts, c.local_expert_offset, L, S)
+    problems = permutation.check_permutation(local, L + S, c.tile_tokens_dim,
+                                             **{k: np.asarray(out[k]) for k in PERMUTATION_KEYS})
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return Verdict(False, np.inf, f"permutation: {problems[0]}{more} [{tag}]")
+    return PASS
+
+
 def compare_routing(case, inputs, out, recipe, tag):
     c = case.config
     T, k, S = c.num_tokens, c.top_k, c.num_fused_shared_experts
@@ -342,6 +363,8 @@ def compare_routing(case, inputs, out, recipe, tag):
                 tag,
             )
         )
+    if c.tile_tokens_dim is not None:
+        verdicts.append(compare_permutation(c, ids, out, tag))
     return worst(*verdicts)
 
 

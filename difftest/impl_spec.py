@@ -120,10 +120,29 @@ def layer(case, inputs, recipe, ids=None):
     )
 
 
+def expert_permutation(config, ids):
+    """spec/permutation.py's realization (rows of an expert in expanded-index order) at `ids` [T, k + S]."""
+    from spec import permutation
+
+    c = config
+    L = c.num_experts - c.local_expert_offset if c.local_num_experts is None else c.local_num_experts
+    local = permutation.local_expert_ids(ids, c.num_experts, c.local_expert_offset, L, c.num_fused_shared_experts)
+    n, tile = L + c.num_fused_shared_experts, c.tile_tokens_dim
+    lay = permutation.layout(local, n, tile)
+    e2p = permutation.expanded_idx_to_permuted_idx(local, n, tile)
+    i32 = lambda a: np.asarray(a, np.int32)
+    return {"total_num_padded_tokens": i32([lay.total_num_padded_tokens]), "expanded_idx_to_permuted_idx": i32(e2p),
+            "permuted_idx_to_token_idx": i32(permutation.permuted_idx_to_token_idx(e2p, lay.total_num_padded_tokens)),
+            "cta_idx_xy_to_batch_idx": i32(lay.cta_idx_xy_to_batch_idx),
+            "cta_idx_xy_to_mn_limit": i32(lay.cta_idx_xy_to_mn_limit),
+            "num_non_exiting_ctas": i32([lay.num_non_exiting_ctas])}
+
+
 def expected(case, inputs, recipe):
     if case.op == "routing":
         r = route(case.config, inputs, recipe)
-        return {"ids": r.ids, "weights": r.weights}
+        out = {"ids": r.ids, "weights": r.weights}
+        return out if case.config.tile_tokens_dim is None else {**out, **expert_permutation(case.config, r.ids)}
     if case.op == "quant":
         return {k: v for k, v in quantize(case.config, inputs).items() if k != "layout"}
     res = layer(case, inputs, recipe)

@@ -76,7 +76,13 @@ def _route(case, inputs, device):
         weights_dtype=r.routing_weights,
         renorm_order=r.renorm_order,
     )
-    return {"ids": numpy(ids), "weights": numpy(w)}
+    out = {"ids": numpy(ids), "weights": numpy(w)}
+    if c.tile_tokens_dim is None:
+        return out
+    layout = te.expert_permutation(ids, num_experts=c.num_experts, tile_tokens_dim=c.tile_tokens_dim,
+                                   local_expert_offset=c.local_expert_offset, local_num_experts=c.local_num_experts,
+                                   num_fused_shared_experts=c.num_fused_shared_experts)
+    return {**out, **{k: numpy(v) for k, v in layout.items()}}
 
 
 def _quant(case, inputs, device):

@@ -99,10 +99,13 @@ def flashinfer_names():
 
 def from_adapter_module(module):
     """An Impl from an impls/flashinfer module (NAME, OP, DETERMINISTIC, RECIPE, available(),
-    unsupported(config), run(config, inputs)): the adapters take the case's config, not the case."""
+    unsupported(config), run(config, inputs)): the adapters take the case's config, not the case. A module
+    whose recipe depends on the configuration defines ``recipe_for(config)`` instead of naming one RECIPE."""
     from spec.recipes import NAMED
 
-    recipe = NAMED.get(getattr(module, "RECIPE", None))
+    fixed = NAMED.get(getattr(module, "RECIPE", None))
+    per_config = getattr(module, "recipe_for", None)
+    recipe = (lambda case: per_config(case.config)) if per_config else (lambda case: fixed)
     return Impl(
         name=module.NAME,
         version=_flashinfer_version(),
@@ -111,7 +114,7 @@ def from_adapter_module(module):
         may_crash=True,
         available=module.available,
         unsupported=lambda case: module.unsupported(case.config),
-        recipe=lambda case: recipe,
+        recipe=recipe,
         run=lambda case, inputs: module.run(case.config, with_stacked_weights(case, inputs)),
     )
 

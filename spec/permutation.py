@@ -45,6 +45,17 @@ def _check_ids(local_ids, num_local_experts, tile_tokens_dim):
     return ids.astype(np.int64)
 
 
+def local_expert_ids(ids, num_experts, local_expert_offset, local_num_experts, num_fused_shared_experts=0):
+    """Global ids [T, k + S] -> local ids on the shard [offset, offset + L): e - offset for a routed expert
+    inside it, -1 outside; the S fused shared experts (ids E + i) are local expert L + i on every shard (each
+    shard holds the shared experts' weights after its own routed ones)."""
+    ids = np.asarray(ids, np.int64)
+    shared = ids >= num_experts
+    inside = (ids >= local_expert_offset) & (ids < local_expert_offset + local_num_experts)
+    return np.where(shared, ids - num_experts + local_num_experts,
+                    np.where(inside, ids - local_expert_offset, -1))
+
+
 def counts(local_ids, num_local_experts):
     """count[e] = #{(t, k) : local_ids[t, k] = e}; -1 (remote) is not counted."""
     ids = np.asarray(local_ids).ravel()

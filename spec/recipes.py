@@ -133,15 +133,20 @@ FUSED_TOPK_DEEPSEEK_BF16 = FUSED_TOPK_DEEPSEEK.but(name="flashinfer_fused_topk_d
 # routingCustom and Llama4 kernels read the bias as fp32 (RoutingCustomPolicy.cuh:232, loadScalar returns float).
 TRTLLM_GEN_ROUTING = Recipe(name="flashinfer_trtllm_gen_routing", sigmoid="tanh", routing_weights="bf16",
                             renorm_order="scale_then_divide", subnormals="flush")
-# DeepSeekV3 with n_group > 1 runs routingDeepSeek's main kernel, which converts the bias to the bf16 weight type
-# before adding it to the fp32 sigmoid (deepseek.cu:159-162, biasVal is OutputT): keys off by up to half a bf16 ulp
-# of the bias, the H200's 0.5-1 % grouped disagreements with float64 (docs/trtllm_gen_routing.md §3).
-TRTLLM_GEN_ROUTING_GROUPED = TRTLLM_GEN_ROUTING.but(name="flashinfer_trtllm_gen_routing_grouped", bias="bf16")
+# As built, DeepSeekV3 with n_group > 1 differs: routingDeepSeek's main kernel converts the bias to the bf16 weight
+# type before adding it to the fp32 sigmoid (deepseek.cu:159-162, biasVal is OutputT), so keys move by up to half
+# a bf16 ulp of the bias. The FP32 correction bias is the declared semantics (FlashInfer's own routingCustom path,
+# DeepSeek-V3's reference gate, SGLang's fix of the same rounding), so the adapter declares TRTLLM_GEN_ROUTING
+# and this as-built row only on request, to look past that open finding (docs/trtllm_gen_routing.md §3).
+TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT = TRTLLM_GEN_ROUTING.but(name="flashinfer_trtllm_gen_routing_grouped_as_built",
+                                                            bias="bf16")
 
 
-def trtllm_gen_routing(method, n_group):
-    """The trtllm-gen routing recipe of a case: _GROUPED for deepseek_v3 with n_group > 1 (runner.cu:65, 159)."""
-    return TRTLLM_GEN_ROUTING_GROUPED if method == "deepseek_v3" and n_group > 1 else TRTLLM_GEN_ROUTING
+def trtllm_gen_routing(method, n_group, as_built=False):
+    """The trtllm-gen routing recipe of a case: the declared semantics, or with ``as_built`` the grouped
+    DeepSeekV3 kernel's bf16 bias (runner.cu:65, 159: deepseek_v3 with n_group > 1 runs routingDeepSeek)."""
+    grouped = method == "deepseek_v3" and n_group > 1
+    return TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT if as_built and grouped else TRTLLM_GEN_ROUTING
 
 
 # SGLang Triton FP8 block path (sem §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
@@ -164,6 +169,6 @@ TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_
                          for r in (TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8, TORCH_EAGER_NVFP4))
 
 NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK_DEEPSEEK, FUSED_TOPK_DEEPSEEK_BF16,
-                              TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED,
+                              TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT,
                               SGLANG_TRITON_FP8_BLOCK, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
                               TORCH_EAGER_NVFP4, *TORCH_EAGER_CUDA)}

@@ -133,3 +133,35 @@ def test_unavailable_on_cpu_says_why():
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     assert tg.available() == "no CUDA device (torch.cuda.is_available() is False)"
+
+
+@pytest.mark.parametrize("shard", [dict(), dict(local_expert_offset=32, local_num_experts=64)])
+def test_comparator_checks_the_permutation_an_implementation_returns(shard):
+    """The torch implementation's layout passes; each way of breaking it is a failure naming the entry."""
+    from difftest import check, impl_torch
+    from difftest.case import Case
+
+    c = dataclasses.replace(DSV3, num_tokens=9, num_fused_shared_experts=1, **shard)
+    case = Case("routing", c, "normal", 3)
+    assert check.run_case(impl_torch.TORCH, case).status == "pass"
+    good = impl_torch.TORCH.run(case, __import__("difftest.generate", fromlist=["inputs"]).inputs(case))
+
+    def broken(change):
+        out = {k: np.array(v, copy=True) for k, v in good.items()}
+        change(out)
+        impl = impl_torch.TORCH._replace(run=lambda case, inputs: out)
+        return check.run_case(impl, case)
+
+    def swap_across_experts(o):
+        e2p = o["expanded_idx_to_permuted_idx"]
+        a, b = np.argwhere(e2p >= 0)[[0, -1]]
+        e2p[tuple(a)], e2p[tuple(b)] = e2p[tuple(b)], e2p[tuple(a)]
+
+    for change, words in [
+        (lambda o: o["cta_idx_xy_to_mn_limit"].__setitem__(0, o["cta_idx_xy_to_mn_limit"][0] + 1), "mn_limit"),
+        (lambda o: o["total_num_padded_tokens"].__setitem__(0, o["total_num_padded_tokens"][0] + 8), "total_num"),
+        (swap_across_experts, "expanded_idx_to_permuted_idx"),
+        (lambda o: o.pop("num_non_exiting_ctas"), "num_non_exiting_ctas"),
+    ]:
+        r = broken(change)
+        assert r.status == "fail" and words in r.message, r.message

@@ -9,7 +9,7 @@ import pytest
 from difftest.case import RoutingConfig
 from difftest.compare import check_ids
 from spec import routing
-from spec.recipes import NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED, trtllm_gen_routing
+from spec.recipes import NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT, trtllm_gen_routing
 
 SHAPES = ((64, 8, 4, 8), (256, 8, 4, 8))  # E, n_group, topk_group, top_k (the H200 measurement's shapes)
 
@@ -36,17 +36,18 @@ def draw(E, T=2048, seed=0):
 
 
 def test_trtllm_gen_routing_recipe_selector():
-    assert trtllm_gen_routing("deepseek_v3", 8) is TRTLLM_GEN_ROUTING_GROUPED
+    assert trtllm_gen_routing("deepseek_v3", 8, as_built=True) is TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT
+    assert trtllm_gen_routing("deepseek_v3", 8) is TRTLLM_GEN_ROUTING  # declared: the FP32 bias
     assert trtllm_gen_routing("deepseek_v3", 1) is TRTLLM_GEN_ROUTING
     assert trtllm_gen_routing("renormalize", 1) is TRTLLM_GEN_ROUTING
-    assert NAMED[TRTLLM_GEN_ROUTING_GROUPED.name].bias == "bf16" and NAMED[TRTLLM_GEN_ROUTING.name].bias == "fp32"
+    assert NAMED[TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name].bias == "bf16" and NAMED[TRTLLM_GEN_ROUTING.name].bias == "fp32"
 
 
 @pytest.mark.parametrize("E,G,tg,k", SHAPES)
 def test_grouped_recipe_reproduces_the_kernel_model(E, G, tg, k):
     x, b = draw(E)
     model = np.sort(grouped_kernel_model(x, b, G, tg, k), axis=1)
-    spec = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg, bias_dtype=TRTLLM_GEN_ROUTING_GROUPED.bias)
+    spec = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg, bias_dtype=TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.bias)
     ideal = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg, ideal=True)
     differ = (model != np.sort(ideal.ids, axis=1)).any(axis=1)
     assert (model == np.sort(spec.ids, axis=1)).all(), "spec under the grouped recipe != the kernel model"
@@ -59,11 +60,11 @@ def test_grouped_kernel_ids_pass_only_under_the_grouped_recipe(E, G, tg, k):
     config = RoutingConfig("deepseek_v3", len(x), E, k, n_group=G, topk_group=tg, bias_dtype="fp32")
     ids = grouped_kernel_model(x, b, G, tg, k)
     inputs = {"logits": x, "bias": b}
-    ok, _, _ = check_ids(config, inputs, ids, TRTLLM_GEN_ROUTING_GROUPED, "grouped")
+    ok, _, _ = check_ids(config, inputs, ids, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT, "grouped")
     assert ok.ok, ok.message
     # The bias field alone decides: with the model's exact σ (no tanh.approx allowance 2^-12·|tanh| in δ, which
     # hides many of these flips), bf16-bias ids pass under bias="bf16" and fail under bias="fp32".
-    exact = TRTLLM_GEN_ROUTING_GROUPED.but(sigmoid="exact")
+    exact = TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.but(sigmoid="exact")
     ok, _, _ = check_ids(config, inputs, ids, exact, "bf16 bias, exact σ")
     wrong, _, _ = check_ids(config, inputs, ids, exact.but(bias="fp32"), "fp32 bias, exact σ")
     assert ok.ok, ok.message

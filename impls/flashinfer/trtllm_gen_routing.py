@@ -30,7 +30,8 @@ from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_
 NAME = "flashinfer.trtllm_gen_routing"
 OP = "routing"
 DETERMINISTIC = True
-RECIPE = "flashinfer_trtllm_gen_routing"
+RECIPE = "flashinfer_trtllm_gen_routing"  # declared semantics; recipe_for() picks per case
+AS_BUILT_ENV = "DIFFTEST_TRTLLM_GEN_AS_BUILT"  # "1": declare the grouped kernel's bf16 bias (an open finding)
 NATIVE = ((10, 0), (10, 3), (12, 0), (12, 1))  # FlashInfer builds and gates the module for these
 BUILT_HERE = ((9, 0),)  # built by this project for sm_90a
 METHODS = {"default": "Default", "renormalize": "Renormalize", "deepseek_v3": "DeepSeekV3",
@@ -107,6 +108,14 @@ def unsupported(config):
     return None
 
 
+def recipe_for(config):
+    """spec.recipes.trtllm_gen_routing: the declared FP32-bias semantics, or with DIFFTEST_TRTLLM_GEN_AS_BUILT=1
+    what the grouped DeepSeekV3 kernel computes (a bf16 bias), to look past that open finding in a campaign."""
+    from spec.recipes import trtllm_gen_routing as recipe
+
+    return recipe(config.method, config.n_group, as_built=os.environ.get(AS_BUILT_ENV) == "1")
+
+
 def call_args(config):
     """The binding's scalar arguments and output sizes for a RoutingConfig (FlashInfer's wrapper's sizing:
     Routing::getMaxNumCtasInBatchDim / getMaxPermutedPaddedCount)."""
@@ -116,7 +125,7 @@ def call_args(config):
     remaining = T * (k + S)
     filled = min(E + S, remaining)
     max_ctas = filled + (remaining - filled) // tile
-    local = E if c.local_num_experts is None else c.local_num_experts
+    local = E - c.local_expert_offset if c.local_num_experts is None else c.local_num_experts
     grouped = c.method == "deepseek_v3" and c.n_group > 1
     return dict(top_k=k, num_fused_shared_experts=S, n_group=c.n_group if grouped else 0,
                 topk_group=c.topk_group if grouped else 0, local_expert_offset=c.local_expert_offset,

@@ -21,10 +21,10 @@ from .quant import (
     weight_dequant,
 )
 from .recipe import RECIPE
-from .routing import ROUTING_METHODS, route
+from .routing import ROUTING_METHODS, expert_permutation, route
 
 __all__ = [
-    "ACTIVATIONS", "MoEOutput", "RECIPE", "ROUTING_METHODS", "column_major", "column_major_tma",
+    "ACTIVATIONS", "MoEOutput", "RECIPE", "ROUTING_METHODS", "column_major", "column_major_tma", "expert_permutation",
     "e2m1_decode", "e2m1_encode", "e8m0_to_float", "moe_layer", "mxfp8_dequant", "mxfp8_quant",
     "nvfp4_dequant", "nvfp4_global_scale", "nvfp4_quant", "per_token_group_dequant",
     "per_token_group_quant_fp8", "quantize_expert_weights", "route", "row_major", "scale_buffer",

@@ -211,3 +211,40 @@ def route(logits, bias=None, *, method, top_k, n_group=1, topk_group=1, routed_s
     if weights_dtype == "bf16":
         w = w.to(torch.bfloat16).float()
     return ids.to(torch.int32), w
+
+
+def expert_permutation(ids, *, num_experts, tile_tokens_dim, local_expert_offset=0, local_num_experts=None,
+                       num_fused_shared_experts=0):
+    """The padded per-local-expert row layout a routing stage hands to grouped GEMMs, from global ids [T, K].
+
+    Local expert of a slot: id - offset for routed ids in [offset, offset + L), L + i for fused shared expert
+    E + i (replicated on every shard), else remote. Rows are grouped by local expert in expert order, each
+    group padded with -1 rows to a multiple of tile_tokens_dim; inside a group rows follow the expanded index
+    t·K + k. Returns int32 tensors: total_num_padded_tokens [1], expanded_idx_to_permuted_idx [T, K] (-1:
+    remote), permuted_idx_to_token_idx [total], cta_idx_xy_to_batch_idx / cta_idx_xy_to_mn_limit [tiles],
+    num_non_exiting_ctas [1]."""
+    E, tile = num_experts, tile_tokens_dim
+    L = E - local_expert_offset if local_num_experts is None else local_num_experts
+    ids = ids.long()
+    local = torch.where(ids >= E, ids - E + L, ids - local_expert_offset)
+    local = torch.where((ids >= E) | ((local >= 0) & (local < L)), local, torch.full_like(local, -1))
+    flat = local.flatten()
+    counts = torch.bincount(flat[flat >= 0], minlength=L + num_fused_shared_experts)
+    tiles = (counts + tile - 1) // tile
+    starts = torch.cumsum(tiles * tile, 0) - tiles * tile
+    order = torch.argsort(torch.where(flat >= 0, flat, torch.iinfo(torch.int64).max), stable=True)
+    ranked = torch.empty_like(order)
+    ranked[order] = torch.arange(order.numel(), device=ids.device)
+    before = torch.cumsum(counts, 0) - counts
+    rank_in_expert = ranked - before[flat.clamp(min=0)]
+    e2p = torch.where(flat >= 0, starts[flat.clamp(min=0)] + rank_in_expert, torch.full_like(flat, -1))
+    total = int((tiles * tile).sum())
+    p2t = torch.full((total,), -1, dtype=torch.long, device=ids.device)
+    p2t[e2p[flat >= 0]] = torch.arange(flat.numel(), device=ids.device)[flat >= 0] // ids.shape[1]
+    batch = torch.repeat_interleave(torch.arange(counts.numel(), device=ids.device), tiles)
+    tile_start = torch.arange(batch.numel(), device=ids.device) * tile
+    limit = torch.minimum(tile_start + tile, starts[batch] + counts[batch])
+    i32 = lambda t: t.to(torch.int32)
+    return {"total_num_padded_tokens": i32(torch.tensor([total])), "expanded_idx_to_permuted_idx":
+            i32(e2p.view(ids.shape)), "permuted_idx_to_token_idx": i32(p2t), "cta_idx_xy_to_batch_idx": i32(batch),
+            "cta_idx_xy_to_mn_limit": i32(limit), "num_non_exiting_ctas": i32(torch.tensor([batch.numel()]))}
