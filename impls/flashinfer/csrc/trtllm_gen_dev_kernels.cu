@@ -7,6 +7,8 @@
 // The math each kernel computes is written up in docs/trtllm_gen_dev_kernels.md.
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <limits>
 #include <string>
 
@@ -39,12 +41,23 @@ T* typed_or_null(Optional<TensorView> const& t) {
   return t.has_value() ? typed<T>(t.value()) : nullptr;
 }
 
-void check_cuda_contiguous(TensorView const& t, char const* name, TensorView const& ref) {
-  REQUIRE(t.device().device_type == kDLCUDA, ValueError) << name << " must be a CUDA tensor";
-  REQUIRE(t.device().device_id == ref.device().device_id, ValueError)
-      << name << " must be on the same device as the first tensor argument";
+void check_contiguous(TensorView const& t, char const* name) {
   REQUIRE(t.IsContiguous(), ValueError) << name << " must be contiguous";
 }
+
+// Device checks come last in every entry, so each shape and dtype check before them also answers for
+// CPU tensors (tests/test_trtllm_gen_ops.py calls the binding without a GPU).
+void check_on_device(std::initializer_list<std::pair<TensorView const*, char const*>> tensors) {
+  TensorView const& first = *tensors.begin()->first;
+  for (auto const& [t, name] : tensors) {
+    if (t == nullptr) continue;
+    REQUIRE(t->device().device_type == kDLCUDA, ValueError) << name << " must be a CUDA tensor";
+    REQUIRE(t->device().device_id == first.device().device_id, ValueError)
+        << name << " must be on the same device as " << tensors.begin()->second;
+  }
+}
+
+TensorView const* opt(Optional<TensorView> const& t) { return t.has_value() ? &t.value() : nullptr; }
 
 void check_shape2(TensorView const& t, char const* name, int64_t rows, int64_t cols) {
   REQUIRE(t.ndim() == 2 && t.size(0) == rows && t.size(1) == cols, ValueError)
@@ -80,8 +93,8 @@ tg::Dtype expert_weight_dtype(TensorView const& t) {
 }
 
 // expanded_idx_to_permuted_idx: [num_tokens, top_k] int32; returns (num_tokens, top_k).
-std::pair<int32_t, int32_t> routing_dims(TensorView const& idx, TensorView const& ref) {
-  check_cuda_contiguous(idx, "expanded_idx_to_permuted_idx", ref);
+std::pair<int32_t, int32_t> routing_dims(TensorView const& idx) {
+  check_contiguous(idx, "expanded_idx_to_permuted_idx");
   check_dtype(idx, dl_int32, "expanded_idx_to_permuted_idx", "int32");
   REQUIRE(idx.ndim() == 2 && idx.size(0) >= 1 && idx.size(1) >= 1, ValueError)
       << "expanded_idx_to_permuted_idx must be [num_tokens >= 1, top_k >= 1]";
@@ -89,16 +102,15 @@ std::pair<int32_t, int32_t> routing_dims(TensorView const& idx, TensorView const
   return {static_cast<int32_t>(idx.size(0)), static_cast<int32_t>(idx.size(1))};
 }
 
-void check_total_num_padded_tokens(TensorView const& t, TensorView const& ref) {
-  check_cuda_contiguous(t, "total_num_padded_tokens", ref);
+void check_total_num_padded_tokens(TensorView const& t) {
+  check_contiguous(t, "total_num_padded_tokens");
   check_dtype(t, dl_int32, "total_num_padded_tokens", "int32");
   REQUIRE(t.numel() == 1, ValueError) << "total_num_padded_tokens must have exactly one element";
 }
 
 // Per-128 block scales of a [rows, cols] tensor, stored [cols / 128, rows] (rows contiguous).
-void check_block_scales(TensorView const& s, char const* name, int64_t rows, int64_t cols,
-                        TensorView const& ref) {
-  check_cuda_contiguous(s, name, ref);
+void check_block_scales(TensorView const& s, char const* name, int64_t rows, int64_t cols) {
+  check_contiguous(s, name);
   check_dtype(s, dl_float32, name, "float32");
   check_shape2(s, name, cols / kDsBlock, rows);
 }
@@ -108,29 +120,32 @@ void check_block_scales(TensorView const& s, char const* name, int64_t rows, int
 void permute(TensorView input, TensorView output, TensorView expanded_idx_to_permuted_idx,
              TensorView total_num_padded_tokens, Optional<TensorView> input_scale,
              Optional<TensorView> output_scale, bool enable_pdl) {
-  check_cuda_contiguous(input, "input", input);
+  check_contiguous(input, "input");
   REQUIRE(input.ndim() == 2, ValueError) << "input must be [num_tokens, hidden]";
-  auto const [num_tokens, top_k] = routing_dims(expanded_idx_to_permuted_idx, input);
+  auto const [num_tokens, top_k] = routing_dims(expanded_idx_to_permuted_idx);
   int64_t const hidden = input.size(1);
   REQUIRE(input.size(0) == num_tokens, ValueError)
       << "input rows must equal expanded_idx_to_permuted_idx rows (num_tokens)";
   REQUIRE(hidden >= 1, ValueError) << "hidden must be >= 1";
-  check_cuda_contiguous(output, "output", input);
+  check_contiguous(output, "output");
   REQUIRE(output.ndim() == 2 && output.size(1) == hidden, ValueError)
       << "output must be [num_padded_tokens, hidden]";
   REQUIRE(output.dtype() == input.dtype(), TypeError) << "output dtype must equal input dtype";
   check_int32_extent(input.numel(), "input");
   check_int32_extent(output.numel(), "output");
-  check_total_num_padded_tokens(total_num_padded_tokens, input);
+  check_total_num_padded_tokens(total_num_padded_tokens);
   REQUIRE(input_scale.has_value() == output_scale.has_value(), ValueError)
       << "input_scale and output_scale must be given together (DeepSeek FP8 permute)";
   bool const deepseek = input_scale.has_value();
   if (deepseek) {
     REQUIRE(hidden % kDsBlock == 0, ValueError) << "hidden must be a multiple of 128 with scales";
-    check_block_scales(input_scale.value(), "input_scale", num_tokens, hidden, input);
-    check_block_scales(output_scale.value(), "output_scale", output.size(0), hidden, input);
+    check_block_scales(input_scale.value(), "input_scale", num_tokens, hidden);
+    check_block_scales(output_scale.value(), "output_scale", output.size(0), hidden);
   }
 
+  check_on_device({{&input, "input"}, {&output, "output"}, {&expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx"},
+                   {&total_num_padded_tokens, "total_num_padded_tokens"}, {opt(input_scale), "input_scale"},
+                   {opt(output_scale), "output_scale"}});
   moe::dev::permute::Data data;
   data.mDtypeElt = elt_dtype(input, "input");
   data.mUsePdl = enable_pdl;
@@ -153,12 +168,12 @@ void permute(TensorView input, TensorView output, TensorView expanded_idx_to_per
 void fill_swiglu_controls(moe::dev::activation::Data& data, Optional<TensorView> const& alpha,
                           Optional<TensorView> const& beta, Optional<TensorView> const& clamp_limit,
                           Optional<TensorView> const& cta_idx_xy_to_batch_idx,
-                          int64_t tile_tokens_dim, int64_t num_padded_tokens, TensorView const& ref) {
+                          int64_t tile_tokens_dim, int64_t num_padded_tokens) {
   int64_t num_local_experts = -1;
   auto check_control = [&](Optional<TensorView> const& t, char const* name) {
     if (!t.has_value()) return;
     TensorView const& v = t.value();
-    check_cuda_contiguous(v, name, ref);
+    check_contiguous(v, name);
     check_dtype(v, dl_float32, name, "float32");
     REQUIRE(v.ndim() == 1 && v.size(0) >= 1, ValueError) << name << " must be [num_local_experts]";
     REQUIRE(num_local_experts < 0 || v.size(0) == num_local_experts, ValueError)
@@ -174,7 +189,7 @@ void fill_swiglu_controls(moe::dev::activation::Data& data, Optional<TensorView>
         << "cta_idx_xy_to_batch_idx is required with alpha, beta or clamp_limit";
     REQUIRE(tile_tokens_dim >= 1, ValueError) << "tile_tokens_dim must be >= 1";
     TensorView const& map = cta_idx_xy_to_batch_idx.value();
-    check_cuda_contiguous(map, "cta_idx_xy_to_batch_idx", ref);
+    check_contiguous(map, "cta_idx_xy_to_batch_idx");
     check_dtype(map, dl_int32, "cta_idx_xy_to_batch_idx", "int32");
     int64_t const num_tiles = (num_padded_tokens + tile_tokens_dim - 1) / tile_tokens_dim;
     REQUIRE(map.ndim() == 1 && map.size(0) >= num_tiles, ValueError)
@@ -192,7 +207,7 @@ void activation(TensorView input, TensorView output, TensorView expanded_idx_to_
                 Optional<TensorView> alpha, Optional<TensorView> beta,
                 Optional<TensorView> clamp_limit, Optional<TensorView> cta_idx_xy_to_batch_idx,
                 int64_t tile_tokens_dim, bool enable_pdl) {
-  check_cuda_contiguous(input, "input", input);
+  check_contiguous(input, "input");
   REQUIRE(input.dtype() == dl_bfloat16 || input.dtype() == dl_float16, TypeError)
       << "input must be bfloat16 or float16 (float8 goes through activation_deepseek_fp8)";
   REQUIRE(input.ndim() == 2, ValueError) << "input must be [num_padded_tokens, 2 * intermediate]";
@@ -201,8 +216,8 @@ void activation(TensorView input, TensorView output, TensorView expanded_idx_to_
   // run() launches inner / 128 CTAs along x: fewer than 128 columns would launch none.
   REQUIRE(inner >= 128 && inner % 2 == 0, ValueError)
       << "input columns (2 * intermediate) must be even and >= 128";
-  auto const [num_tokens, top_k] = routing_dims(expanded_idx_to_permuted_idx, input);
-  check_cuda_contiguous(output, "output", input);
+  auto const [num_tokens, top_k] = routing_dims(expanded_idx_to_permuted_idx);
+  check_contiguous(output, "output");
   check_shape2(output, "output", padded, inner / 2);
   REQUIRE(output.dtype() == input.dtype(), TypeError) << "output dtype must equal input dtype";
   check_int32_extent(inner, "input row");
@@ -219,7 +234,10 @@ void activation(TensorView input, TensorView output, TensorView expanded_idx_to_
   data.expandedIdxToPermutedIdx = typed<int32_t>(expanded_idx_to_permuted_idx);
   data.totalNumPaddedTokens = nullptr;  // activationKernel never reads it
   fill_swiglu_controls(data, alpha, beta, clamp_limit, cta_idx_xy_to_batch_idx, tile_tokens_dim,
-                       padded, input);
+                       padded);
+  check_on_device({{&input, "input"}, {&output, "output"}, {&expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx"},
+                   {opt(alpha), "alpha"}, {opt(beta), "beta"}, {opt(clamp_limit), "clamp_limit"},
+                   {opt(cta_idx_xy_to_batch_idx), "cta_idx_xy_to_batch_idx"}});
   moe::dev::activation::run(data, get_stream(input.device()));
 }
 
@@ -229,7 +247,7 @@ void activation_deepseek_fp8(TensorView input, TensorView input_scale, TensorVie
                              Optional<TensorView> beta, Optional<TensorView> clamp_limit,
                              Optional<TensorView> cta_idx_xy_to_batch_idx, int64_t tile_tokens_dim,
                              bool enable_pdl) {
-  check_cuda_contiguous(input, "input", input);
+  check_contiguous(input, "input");
   check_dtype(input, dl_float8_e4m3fn, "input", "float8_e4m3fn");
   REQUIRE(input.ndim() == 2, ValueError) << "input must be [num_padded_tokens, 2 * intermediate]";
   int64_t const padded = input.size(0);
@@ -238,13 +256,13 @@ void activation_deepseek_fp8(TensorView input, TensorView input_scale, TensorVie
   // block would leave threads out of it.
   REQUIRE(inner >= 256 && inner % 256 == 0, ValueError)
       << "input columns (2 * intermediate) must be a multiple of 256";
-  auto const [num_tokens, top_k] = routing_dims(expanded_idx_to_permuted_idx, input);
-  check_block_scales(input_scale, "input_scale", padded, inner, input);
-  check_cuda_contiguous(output, "output", input);
+  auto const [num_tokens, top_k] = routing_dims(expanded_idx_to_permuted_idx);
+  check_block_scales(input_scale, "input_scale", padded, inner);
+  check_contiguous(output, "output");
   check_dtype(output, dl_float8_e4m3fn, "output", "float8_e4m3fn");
   check_shape2(output, "output", padded, inner / 2);
-  check_block_scales(output_scale, "output_scale", padded, inner / 2, input);
-  check_total_num_padded_tokens(total_num_padded_tokens, input);
+  check_block_scales(output_scale, "output_scale", padded, inner / 2);
+  check_total_num_padded_tokens(total_num_padded_tokens);
   check_int32_extent(inner, "input row");
 
   moe::dev::activation::Data data;
@@ -261,7 +279,11 @@ void activation_deepseek_fp8(TensorView input, TensorView input_scale, TensorVie
   data.expandedIdxToPermutedIdx = typed<int32_t>(expanded_idx_to_permuted_idx);
   data.totalNumPaddedTokens = typed<int32_t const>(total_num_padded_tokens);
   fill_swiglu_controls(data, alpha, beta, clamp_limit, cta_idx_xy_to_batch_idx, tile_tokens_dim,
-                       padded, input);
+                       padded);
+  check_on_device({{&input, "input"}, {&input_scale, "input_scale"}, {&output, "output"},
+                   {&output_scale, "output_scale"}, {&expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx"},
+                   {&total_num_padded_tokens, "total_num_padded_tokens"}, {opt(alpha), "alpha"}, {opt(beta), "beta"},
+                   {opt(clamp_limit), "clamp_limit"}, {opt(cta_idx_xy_to_batch_idx), "cta_idx_xy_to_batch_idx"}});
   moe::dev::activation::run(data, get_stream(input.device()));
 }
 
@@ -269,7 +291,7 @@ void activation_deepseek_fp8(TensorView input, TensorView input_scale, TensorVie
 
 void convertsf(TensorView input_sf, TensorView output_sf, int64_t num_tokens, int64_t hidden_dim_sf,
                String src_layout, bool enable_pdl) {
-  check_cuda_contiguous(input_sf, "input_sf", input_sf);
+  check_contiguous(input_sf, "input_sf");
   REQUIRE(input_sf.dtype().bits == 8 && input_sf.dtype().lanes == 1, TypeError)
       << "input_sf must have a one-byte dtype (uint8, float8_e4m3fn, float8_e8m0fnu)";
   REQUIRE(num_tokens >= 1, ValueError) << "num_tokens must be >= 1";
@@ -295,12 +317,13 @@ void convertsf(TensorView input_sf, TensorView output_sf, int64_t num_tokens, in
       << "input_sf must hold ceil(num_tokens / " << row_tile << ") * " << row_tile
       << " * hidden_dim_sf = " << padded_rows * hidden_dim_sf << " elements";
   check_int32_extent(padded_rows * hidden_dim_sf, "input_sf");
-  check_cuda_contiguous(output_sf, "output_sf", input_sf);
+  check_contiguous(output_sf, "output_sf");
   REQUIRE(output_sf.dtype() == input_sf.dtype(), TypeError)
       << "output_sf dtype must equal input_sf dtype";
   check_shape2(output_sf, "output_sf", num_tokens, hidden_dim_sf);
   check_aligned(input_sf, 4, "input_sf");
   check_aligned(output_sf, 4, "output_sf");
+  check_on_device({{&input_sf, "input_sf"}, {&output_sf, "output_sf"}});
 
   moe::dev::convertsf::Data data;
   data.mUsePdl = enable_pdl;
@@ -320,12 +343,12 @@ void convertsf(TensorView input_sf, TensorView output_sf, int64_t num_tokens, in
 moe::dev::finalize::Data finalize_data(TensorView const& input, TensorView const& output,
                                        Optional<TensorView> const& expert_weights,
                                        TensorView const& idx, bool enable_pdl) {
-  check_cuda_contiguous(input, "input", input);
+  check_contiguous(input, "input");
   REQUIRE(input.ndim() == 2 && input.size(1) >= 1, ValueError)
       << "input must be [num_padded_tokens, hidden_padded]";
-  auto const [num_tokens, top_k] = routing_dims(idx, input);
+  auto const [num_tokens, top_k] = routing_dims(idx);
   REQUIRE(top_k <= 64, ValueError) << "top_k must be <= 64 (finalize's shared-memory tables)";
-  check_cuda_contiguous(output, "output", input);
+  check_contiguous(output, "output");
   REQUIRE(output.ndim() == 2 && output.size(0) == num_tokens, ValueError)
       << "output must be [num_tokens, hidden]";
   REQUIRE(output.size(1) >= 1 && output.size(1) <= input.size(1), ValueError)
@@ -346,7 +369,7 @@ moe::dev::finalize::Data finalize_data(TensorView const& input, TensorView const
   data.expertWeightsPtr = nullptr;
   if (expert_weights.has_value()) {
     TensorView const& w = expert_weights.value();
-    check_cuda_contiguous(w, "expert_weights", input);
+    check_contiguous(w, "expert_weights");
     check_shape2(w, "expert_weights", num_tokens, top_k);
     check_aligned(w, 16, "expert_weights");
     data.mDtypeExpW = expert_weight_dtype(w);
@@ -368,13 +391,15 @@ void finalize(TensorView input, Optional<TensorView> input2, TensorView output,
   auto data = finalize_data(input, output, expert_weights, expanded_idx_to_permuted_idx, enable_pdl);
   if (input2.has_value()) {
     TensorView const& in2 = input2.value();
-    check_cuda_contiguous(in2, "input2", input);
+    check_contiguous(in2, "input2");
     REQUIRE(in2.dtype() == input.dtype(), TypeError) << "input2 dtype must equal input dtype";
     check_shape2(in2, "input2", input.size(0), input.size(1));
     check_aligned(in2, 16, "input2");
     data.inPtr2 = ptr(in2);
   }
   data.mUseDeepSeekFp8 = false;
+  check_on_device({{&input, "input"}, {opt(input2), "input2"}, {&output, "output"}, {opt(expert_weights), "expert_weights"},
+                   {&expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx"}});
   moe::dev::finalize::run(data, get_stream(input.device()));
 }
 
@@ -386,15 +411,19 @@ void finalize_deepseek_fp8(TensorView input, Optional<TensorView> input_scale, T
   int64_t const hidden = output.size(1);
   // finalizeDeepSeekKernel: 128 threads per CTA reduce one 128-column block of one token.
   REQUIRE(hidden % kDsBlock == 0, ValueError) << "output columns (hidden) must be a multiple of 128";
-  check_total_num_padded_tokens(total_num_padded_tokens, input);
+  check_total_num_padded_tokens(total_num_padded_tokens);
   if (input_scale.has_value()) {
     REQUIRE(input.size(1) % kDsBlock == 0, ValueError)
         << "input columns (hidden_padded) must be a multiple of 128 with input_scale";
-    check_block_scales(input_scale.value(), "input_scale", input.size(0), input.size(1), input);
+    check_block_scales(input_scale.value(), "input_scale", input.size(0), input.size(1));
   }
   if (output_scale.has_value()) {
-    check_block_scales(output_scale.value(), "output_scale", output.size(0), hidden, input);
+    check_block_scales(output_scale.value(), "output_scale", output.size(0), hidden);
   }
+  check_on_device({{&input, "input"}, {opt(input_scale), "input_scale"}, {&output, "output"},
+                   {opt(output_scale), "output_scale"}, {&expert_weights, "expert_weights"},
+                   {&expanded_idx_to_permuted_idx, "expanded_idx_to_permuted_idx"},
+                   {&total_num_padded_tokens, "total_num_padded_tokens"}});
   data.mUseDeepSeekFp8 = true;
   data.inDqSfsPtr = typed_or_null<float>(input_scale);
   data.outDqSfsPtr = typed_or_null<float>(output_scale);
