@@ -77,6 +77,13 @@ def _on_cuda(*tensors):
         _fail(ValueError, "all tensors must be contiguous")
 
 
+def _zeros(shape, dtype, device):
+    """Zeros of any dtype, float8 included (filled as bytes)."""
+    if dtype == FP8:
+        return torch.zeros(shape, dtype=torch.uint8, device=device).view(dtype)
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
 def _check_rows(idx, num_rows, allow_unmapped):
     """Every permuted row in range; -1 only where the kernel skips it (synchronizes: a device read)."""
     low = -1 if allow_unmapped else 0
@@ -143,7 +150,7 @@ def permute(hidden_states, expanded_idx_to_permuted_idx, num_padded_tokens, hidd
         _shape(hidden_states_scale, "hidden_states_scale", (hidden // 128, num_tokens))
     _on_cuda(hidden_states, expanded_idx_to_permuted_idx, hidden_states_scale)
     _check_rows(expanded_idx_to_permuted_idx, num_padded_tokens, allow_unmapped=False)
-    out = hidden_states.new_zeros(num_padded_tokens, hidden)
+    out = _zeros((num_padded_tokens, hidden), hidden_states.dtype, hidden_states.device)
     out_scale = None
     if hidden_states_scale is not None:
         out_scale = hidden_states_scale.new_zeros(hidden // 128, num_padded_tokens)
@@ -191,9 +198,9 @@ def activation_deepseek_fp8(gemm1_out, gemm1_out_scale, expanded_idx_to_permuted
     gemm1_out [P, 2I] e4m3 with gemm1_out_scale [2I/128, P]; I % 128 == 0 (each 128-thread CTA reduces one
     output block, dev.cu:397-416). In fp32 (dev.cu:305-327): u = s[j // 128, p] * q[p, j],
     g = s[(I + j) // 128, p] * q[p, I + j], y = silu(g) * u exactly as ``activation`` (controls included).
-    Per row p and block b of 128 output columns (dev.cu:330-352): amax = max |y| (cub block reduction),
-    out_scale[b, p] = max(amax / 448, FLT_MIN), the division a multiply by the constant 1/448 under fast math.
-    out[p, j] = e4m3_rn_sat(y * rcp(out_scale)) (dev.cu:369; MUFU.RCP, not a correctly rounded division).
+    Per row p and block b of 128 output columns (dev.cu:330-352): amax = max |y| (cub block reduction, FMNMX:
+    NaN dropped), out_scale[b, p] = max(fl(amax * fl(1/448)), FLT_MIN) (fast math turns / 448 into that FMUL),
+    out[p, j] = e4m3_rn_sat(fl(y * MUFU.RCP(out_scale))) (dev.cu:369; not a correctly rounded division).
     Rows/blocks no (t, k) maps to stay 0.
     """
     _routing(expanded_idx_to_permuted_idx)
@@ -211,7 +218,7 @@ def activation_deepseek_fp8(gemm1_out, gemm1_out_scale, expanded_idx_to_permuted
     if controls:
         _check_tile_map(cta_idx_xy_to_batch_idx, controls[0].shape[0], -(-rows // tile_tokens_dim))
     total = _total(total_num_padded_tokens, rows, gemm1_out.device)
-    out = gemm1_out.new_zeros(rows, inner // 2)
+    out = _zeros((rows, inner // 2), FP8, gemm1_out.device)
     out_scale = gemm1_out_scale.new_zeros(inner // 256, rows)
     with torch.cuda.device(gemm1_out.device):
         _module().activation_deepseek_fp8(gemm1_out, gemm1_out_scale, out, out_scale, expanded_idx_to_permuted_idx,
@@ -234,7 +241,7 @@ def sf_from_linear(sf, layout):
     m, n = sf.shape
     if n % cols_per_tile:
         _fail(ValueError, f"N must be a multiple of {cols_per_tile} for {layout}, got {n}")
-    padded = sf.new_zeros(-(-m // rows_per_tile) * rows_per_tile, n)
+    padded = _zeros((-(-m // rows_per_tile) * rows_per_tile, n), sf.dtype, sf.device)
     padded[:m] = sf
     if layout == "R128c4":
         tiles = padded.view(-1, 4, 32, n // 4, 4).permute(0, 3, 2, 1, 4)  # (i//128, j//4, i%32, (i%128)//32, j%4)
@@ -266,7 +273,7 @@ def convertsf(sf, num_tokens, hidden_dim_sf, src_layout, enable_pdl=False):
         _fail(ValueError, f"sf must hold ceil(num_tokens / {rows_per_tile}) * {rows_per_tile} * hidden_dim_sf = "
                           f"{need} elements, got {sf.numel()}")
     _on_cuda(sf)
-    out = sf.new_zeros(num_tokens, hidden_dim_sf)
+    out = _zeros((num_tokens, hidden_dim_sf), sf.dtype, sf.device)
     with torch.cuda.device(sf.device):
         _module().convertsf(sf, out, num_tokens, hidden_dim_sf, src_layout, enable_pdl)
     return out
@@ -320,10 +327,10 @@ def finalize(gemm2_out, expanded_idx_to_permuted_idx, expert_weights=None, hidde
     """out[t, h] = round(sum over mapped k of w[t, k] * x[p(t, k), h]), x = gemm2_out (+ gemm2_out2), in fp32.
 
     gemm2_out [P, hidden_padded] bf16/fp16/e4m3 -> [T, hidden] same dtype, hidden <= hidden_padded (the row
-    stride; the unpadding is fused, dev.cu:707, 1036). Each term is w * x rounded to fp32 and added, or one
-    fused multiply-add (see the doc), with w = 1 when expert_weights is None; with gemm2_out2 the term is
-    w * fl(x + x2) (dev.cu:706-711). Entries p = -1 are skipped; an all-unmapped token is 0. The summation order
-    is ``finalize_variant``'s; one rounding to the output dtype at the store (dev.cu:726, 958, 1073).
+    stride; the unpadding is fused, dev.cu:707, 1036). Each term is one FFMA into the fp32 accumulator (SASS),
+    with w = 1 when expert_weights is None; with gemm2_out2 the term is w * fl(x + x2) (dev.cu:706-711).
+    Entries p = -1 are skipped; an all-unmapped token is 0. The summation order is ``finalize_variant``'s; one
+    rounding to the output dtype at the store (dev.cu:726, 958, 1073).
     """
     num_tokens, hidden = _finalize_args(gemm2_out, expert_weights, expanded_idx_to_permuted_idx, hidden, False)
     if gemm2_out2 is not None:
@@ -344,9 +351,10 @@ def finalize_deepseek_fp8(gemm2_out, expert_weights, expanded_idx_to_permuted_id
 
     acc[t, h] = sum over mapped k in order k = 0, 1, ... of fl(w[t, k] * s_in[h // 128, p]) * x[p, h], fp32
     (s_in = gemm2_out_scale [hidden_padded/128, P], or 1 when None). With quantize_output, per token and block b
-    of 128 columns: amax = max |acc|, out_scale[b, t] = amax / 448 with NO lower bound, out = cast(acc * rcp(
-    out_scale)) (dev.cu:1122-1136): an all-zero block gives out_scale 0 and NaN outputs. Without it,
-    out = cast(acc). gemm2_out [P, hidden_padded] bf16/fp16/e4m3; out [T, hidden] the same dtype, hidden % 128 == 0.
+    of 128 columns: amax = max |acc|, out_scale[b, t] = fl(amax * fl(1/448)) with NO lower bound,
+    out = cast(fl(acc * MUFU.RCP(out_scale))) (dev.cu:1122-1136): an all-zero block gives out_scale 0 and NaN
+    outputs. Without it, out = cast(acc). gemm2_out [P, hidden_padded] bf16/fp16/e4m3; out [T, hidden] the same
+    dtype, hidden % 128 == 0.
     FlashInfer's own runner never takes this path (it sets mUseDeepSeekFp8 = false for finalize).
     Returns out, or (out, out_scale [hidden/128, T] float32).
     """
