@@ -41,6 +41,11 @@ ROUTING_SOURCES = (
     "fused_moe/trtllm_backend/trtllm_fused_moe_routing_custom_entry.cu",
     "fused_moe/trtllm_backend/trtllm_fused_moe_routing_common.cu",
 )
+# The project's binding, then FlashInfer's kernel definitions for DevKernel.h.
+DEV_KERNEL_SOURCES = (
+    str(Path(__file__).resolve().parent / "csrc" / "trtllm_gen_dev_kernels.cu"),
+    "fused_moe/trtllm_backend/trtllm_fused_moe_dev_kernel.cu",
+)
 # The same defines FlashInfer passes to that build, plus the one the published headers need.
 DEFINES = ("-DTLLM_GEN_EXPORT_INTERFACE", "-DTLLM_ENABLE_CUDA", "-DENABLE_BF16", "-DENABLE_FP8", "-DENABLE_FP4",
            "-DTLLM_RUBIN_FEATURES")
@@ -123,6 +128,15 @@ def spec(name, sources, arch, headers, extra_flags=(), extra_includes=()):
 
 def routing_spec(arch, headers):
     return spec("trtllm_gen_routing", ROUTING_SOURCES, arch, headers)
+
+
+def dev_kernels_spec(arch, headers):
+    """permute / activation / convertsf / finalize (DevKernel.h) behind the project's own tvm-ffi binding.
+
+    The kernel source needs nothing else at link time: its host code only launches kernels and reads
+    the device's SM count, and DevKernel.h's logging and checks are header-only.
+    """
+    return spec("trtllm_gen_dev_kernels", DEV_KERNEL_SOURCES, arch, headers)
 
 
 def load(jit_spec):
