@@ -219,12 +219,14 @@ def underflow_term(config, inputs, ids, recipe):
         eta_s = 2 * eta
     else:
         eta_s = eta if recipe.sigmoid == "exact" else 2.0**-127
+    eta_s += as_format(recipe.routing_scores).min_subnormal / 2 if recipe.routing_scores != "fp32" else 0.0
+    eta = max(eta, as_format(recipe.routing_renorm).min_subnormal / 2)  # each renorm step's absolute error
     write = as_format(recipe.routing_weights).min_subnormal / 2
     s, renorm = _ideal_scores(config, inputs, ids)
     T = s.shape[0]
     if not renorm:
         return np.full(s.shape, rsf * eta_s + eta + write), np.zeros(T, bool)
-    g = bounds.gamma(config.num_experts + k + 8, U32)
+    g = bounds.arithmetic_gamma(recipe, config.num_experts, k)
     D = s.sum(axis=-1, keepdims=True) + config.eps
     den = D * (1 - g) - k * eta_s
     degenerate = ~(den[:, 0] > 0)
