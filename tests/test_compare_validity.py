@@ -19,7 +19,7 @@ from difftest.case import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS, Rout
 from spec.recipes import GROUP_SCORES, Recipe
 
 PALETTE = (-1000.0, -200.0, -120.0, -3.0, -1.0, 0.0, 0.5, 1.0, 2.0, 30.0)  # repeats give exact ties
-NEAR = (0.0, 0.0, 1e-9, 3e-8, 1e-7, 1e-3)  # added to a palette value: near ties below and above 2δ
+NEAR = (0.0, 0.0, 1e-9, 3e-8, 1e-7, 2e-7, 4e-7, 8e-7, 2e-6, 1e-3)  # added to a palette value: near ties below and above 2δ
 BIASES = (0.0, -0.1, 0.1, 1e-8, -2.0)
 
 
@@ -38,7 +38,7 @@ def brute_force_valid(config, keys, gkeys, delta, gdelta):
     """Every valid id set (frozensets) of one token by enumeration."""
     E, G, tg, k = config.num_experts, config.n_group, config.topk_group, config.top_k
     per = E // G
-    masked_value = compare.mask_value(config)
+    masked_value = config.group_mask_value if config.method == "deepseek_v2" else -math.inf
     group_sets = ([None] if gkeys is None else
                   [set(K) for K in itertools.combinations(range(G), tg)
                    if no_outsider_beats(list(gkeys), set(K), 2 * gdelta)])
