@@ -206,6 +206,8 @@ def underflow_term(config, inputs, ids, recipe):
       the rsf multiply add η₀ each, rsf·η₀ and η₀ (scale_then_divide: its multiply's η₀ is divided by the
       denominator, added to the numerator term instead).
     * the write in recipe.routing_weights: half its subnormal spacing.
+    * scores or renormalization in a narrower format (recipe.routing_scores, routing_renorm): that format's half
+      subnormal spacing added to η_s, and replacing η₀ for the renormalization steps.
     Where D(1 − γ) ≤ k·η_s the fp32 denominator may be 0 (eps = 0: 0/0 = NaN) or any tiny value: the weights
     are not bounded by the ideal at all (anything in [0, rsf], or NaN); those tokens are `degenerate` and are
     held to the recipe at their own ids instead."""
