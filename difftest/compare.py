@@ -5,21 +5,29 @@ one message naming the element, both values, the bound and the ratio.
 Routing. δ, the uncertainty of one routing key, follows from the recipe: keys are computed in fp32 from
 exactly given logits (and the bias rounded as ``recipe.bias`` says), so δ = c·u_fp32·|key| + fp32 min normal,
 c = 1 for a correctly rounded sigmoid, bounds.C_EVAL for ``expf``, E + 2 for a softmax (exp, E-term
-sum, divide), plus u_fp32·|s + b| for the bias add; raw-logit keys are exact (δ = 0). Group scores: a top-2
-sum has 2δ + u_fp32·|g|, a max δ. A token whose spec decision margins exceed 2δ must get exactly the spec's
-id set; elsewhere the implementation's ids must be a valid selection within 2δ of the float64 keys, and its
-weights must match the float64 ideal weights at its own ids, within the recipe's relative bound plus the
+sum, divide), plus u_s·|key| where the scores are stored in ``recipe.routing_scores``, plus u·|s + b| for the
+bias add in ``recipe.routing_bias_add``; raw-logit keys are exact (δ = 0). Group scores (the recipe's
+``group_score`` rule): a top-2 sum has 2δ + u·|g| (u of ``recipe.routing_group_scores``), a max δ.
+
+Validity (one definition, tests/test_compare_validity.py proves it against brute force): ids are valid iff
+they are a top-k of the keys under some resolution of keys within 2δ of each other, groups included: there is
+a set K of topk_group groups that no group outside K beats by more than 2·gδ, and no expert outside ids beats
+one inside by more than 2δ in the keys masked to K (masked experts hold the method's mask value: -inf, or
+deepseek_v2's group_mask_value 0.0, at which they tie with underflowed softmax values). NaN ranks below every
+number. The spec's own ids are valid (its fp32 keys are within δ of the float64 ones); every token whose ids
+differ from the spec's must be valid, and its weights must match the float64 ideal weights at its own ids, within the recipe's relative bound plus the
 absolute allowance of fp32 underflow (``underflow_term``); where the fp32 renormalizing denominator can vanish
 the ideal bounds nothing, and those tokens are held to the recipe at their own ids.
 """
 
+import itertools
 from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from spec import bounds, permutation
-from spec.numerics import FP32, as_format
+from spec.numerics import FP32, as_format, round_to
 
 from . import impl_spec
 
@@ -93,41 +101,64 @@ def _softmax64(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def group_rule(config, recipe, biased):
+    """"top2_sum" or "max": the recipe's group_score resolved for this config (spec/routing.py)."""
+    rule = (recipe or impl_spec.DEFAULT).group_score
+    if rule == "method":
+        return "top2_sum" if config.method == "deepseek_v3" else "max"
+    if rule == "top2_sum_if_biased":
+        return "top2_sum" if biased else "max"
+    return rule
+
+
+def _u(fmt):
+    """Unit roundoff of a routing arithmetic format; 0 for fp32, whose rounding δ already counts."""
+    return 0.0 if fmt == "fp32" else as_format(fmt).unit_roundoff
+
+
 def keys64(config, inputs, recipe):
     """(keys [T, E], group scores [T, G] or None, δ [T], group δ [T]) in float64, as the method selects."""
     x = inputs["logits"].astype(np.float64)
     T, E = x.shape
     method, G = config.method, config.n_group
-    c_sigmoid = 1 if recipe is None or recipe.sigmoid == "exact" else bounds.C_EVAL
+    used = recipe or impl_spec.DEFAULT
+    c_sigmoid = 1 if used.sigmoid == "exact" else bounds.C_EVAL
+    u_s = _u(used.routing_scores)
     if method in RAW_KEYS:
         keys, dkey = x, np.zeros_like(x)
     elif method in SOFTMAX_KEYS:
         keys = _softmax64(x)
-        dkey = (E + 2) * U32 * keys + FP32.min_normal
+        dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
     else:
         keys = _sigmoid64(x)
-        dkey = c_sigmoid * U32 * keys + FP32.min_normal
-        if recipe is not None and recipe.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
-            dkey = U32 * keys + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal
+        dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
+        if used.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
+            dkey = (U32 + u_s) * keys + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal
         if "bias" in inputs:
             b = inputs["bias"].astype(np.float64)
-            if recipe is not None and recipe.bias != "fp32":
-                from spec.numerics import round_to
-
-                b = round_to(b, recipe.bias).astype(np.float64)
+            if used.bias != "fp32":
+                b = round_to(b, used.bias).astype(np.float64)
             keys = keys + b
-            dkey = dkey + U32 * np.abs(keys)
-    delta = dkey.max(axis=-1, initial=0.0)
+            dkey = dkey + max(U32, _u(used.routing_bias_add)) * np.abs(keys)
+    delta = np.where(np.isnan(dkey), 0.0, dkey).max(axis=-1, initial=0.0)  # a NaN key ranks last, exactly
     if G == 1:
         return keys, None, delta, np.zeros(T)
     grouped = keys.reshape(T, G, E // G)
     top = -np.sort(-grouped, axis=-1)
-    if method == "deepseek_v3":
+    if group_rule(config, recipe, "bias" in inputs) == "top2_sum" and E // G > 1:
         gkeys = top[..., 0] + top[..., 1]
-        gdelta = 2 * delta + U32 * np.abs(gkeys).max(axis=-1)
+        gabs = np.where(np.isnan(gkeys), 0.0, np.abs(gkeys)).max(axis=-1)
+        gdelta = 2 * delta + max(U32, _u(used.routing_group_scores)) * gabs
     else:
         gkeys, gdelta = top[..., 0], delta
     return keys, gkeys, delta, gdelta
+
+
+def robust(spec, delta, gdelta):
+    """Tokens whose every valid selection is the spec's: the spec's fp32 keys are within δ of the float64 keys,
+    so an fp32 margin above 4δ is a float64 margin above 2δ, which no other selection is within (same for
+    groups)."""
+    return (spec.expert_margin > 4 * delta) & (spec.group_margin > 4 * gdelta)
 
 
 def _ideal_scores(config, inputs, ids):
@@ -175,6 +206,8 @@ def underflow_term(config, inputs, ids, recipe):
       the rsf multiply add η₀ each, rsf·η₀ and η₀ (scale_then_divide: its multiply's η₀ is divided by the
       denominator, added to the numerator term instead).
     * the write in recipe.routing_weights: half its subnormal spacing.
+    * scores or renormalization in a narrower format (recipe.routing_scores, routing_renorm): that format's half
+      subnormal spacing added to η_s, and replacing η₀ for the renormalization steps.
     Where D(1 − γ) ≤ k·η_s the fp32 denominator may be 0 (eps = 0: 0/0 = NaN) or any tiny value: the weights
     are not bounded by the ideal at all (anything in [0, rsf], or NaN); those tokens are `degenerate` and are
     held to the recipe at their own ids instead."""
@@ -188,12 +221,14 @@ def underflow_term(config, inputs, ids, recipe):
         eta_s = 2 * eta
     else:
         eta_s = eta if recipe.sigmoid == "exact" else 2.0**-127
+    eta_s += as_format(recipe.routing_scores).min_subnormal / 2 if recipe.routing_scores != "fp32" else 0.0
+    eta = max(eta, as_format(recipe.routing_renorm).min_subnormal / 2)  # each renorm step's absolute error
     write = as_format(recipe.routing_weights).min_subnormal / 2
     s, renorm = _ideal_scores(config, inputs, ids)
     T = s.shape[0]
     if not renorm:
         return np.full(s.shape, rsf * eta_s + eta + write), np.zeros(T, bool)
-    g = bounds.gamma(config.num_experts + k + 8, U32)
+    g = bounds.arithmetic_gamma(recipe, config.num_experts, k)
     D = s.sum(axis=-1, keepdims=True) + config.eps
     den = D * (1 - g) - k * eta_s
     degenerate = ~(den[:, 0] > 0)
@@ -218,54 +253,78 @@ def weight_bound(config, recipe, w, vs_ideal=False, inputs=None, ids=None):
     return e.hard + e.ideal if vs_ideal else e.hard
 
 
+def above(a, b, tol):
+    """a beats b by more than tol: a > b + tol between numbers (equal infinities tie), any number beats NaN."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    with np.errstate(invalid="ignore"):
+        return ~np.isnan(a) & (np.isnan(b) | ((a > b) & (a - b > tol)))
+
+
+def _beaten(values, chosen, tol):
+    """(an unchosen value, a chosen value) with the first beating the second by more than tol, else None."""
+    out, inside = values[~chosen], values[chosen]
+    hit = above(out[:, None], inside[None, :], tol)
+    if not hit.any():
+        return None
+    j, i = np.unravel_index(np.argmax(hit), hit.shape)
+    return out[j], inside[i]
+
+
+def kept_group_sets(gkeys, topk_group, tol):
+    """Every set of topk_group groups that no other group beats by more than tol (above). A group beaten by
+    topk_group others is in none; one that beats n_group - topk_group others is in all."""
+    G = len(gkeys)
+    beats = above(gkeys[:, None], gkeys[None, :], tol)  # [a, b]: a beats b
+    must = np.flatnonzero(beats.sum(axis=1) >= G - topk_group)
+    maybe = np.setdiff1d(np.flatnonzero(beats.sum(axis=0) < topk_group), must)
+    for extra in itertools.combinations(maybe.tolist(), topk_group - len(must)):
+        kept = np.zeros(G, bool)
+        kept[list(must) + list(extra)] = True
+        if _beaten(gkeys, kept, tol) is None:
+            yield kept
+
+
+def mask_value(config):
+    """What the method writes into the experts of dropped groups: deepseek_v2's group_mask_value, else -inf."""
+    return config.group_mask_value if config.method == "deepseek_v2" else -np.inf
+
+
 def _valid_selection(t, ids, keys, gkeys, delta, gdelta, config):
-    """None if ids (routed, one token) are a valid top-k within 2δ of the float64 keys; else the reason."""
+    """None if ids (routed, one token) are valid (module docstring: a top-k within 2δ of the float64 keys,
+    under a set of kept groups within 2·gδ); else the reason."""
     E, G, tg = config.num_experts, config.n_group, config.topk_group
     if len(set(ids.tolist())) != len(ids) or ids.min() < 0 or ids.max() >= E:
         return f"ids {sorted(ids.tolist())} are not {len(ids)} distinct experts in [0, {E})"
-    allowed = np.ones(E, bool)
-    if gkeys is not None:
-        per = E // G
-        used = np.unique(ids // per)
-        kth = -np.sort(-gkeys[t])[tg - 1]
-        if len(used) > tg or (gkeys[t, used] < kth - 2 * gdelta[t]).any():
-            return f"groups {used.tolist()} are not among the {tg} best within 2δ={2 * gdelta[t]:.2g}"
-        sure = np.flatnonzero(gkeys[t] > kth + 2 * gdelta[t])
-        allowed = np.isin(np.arange(E) // per, np.union1d(used, sure))
-    rest = allowed.copy()
-    rest[ids] = False
-    if rest.any():
-        best_rejected = keys[t, rest].max()
-        low = keys[t, ids].min()
-        if low < best_rejected - 2 * delta[t]:
-            return f"key {low:.9g} selected while {best_rejected:.9g} rejected (2δ={2 * delta[t]:.2g})"
-    return None
+    chosen = np.zeros(E, bool)
+    chosen[ids] = True
+    if gkeys is None:
+        hit = _beaten(keys[t], chosen, 2 * delta[t])
+        return None if hit is None else (f"key {hit[1]:.9g} selected while {hit[0]:.9g} rejected "
+                                         f"(2δ={2 * delta[t]:.2g})")
+    hit = None
+    for kept in kept_group_sets(gkeys[t], tg, 2 * gdelta[t]):
+        masked = np.where(np.repeat(kept, E // G), keys[t], mask_value(config))
+        hit = _beaten(masked, chosen, 2 * delta[t])
+        if hit is None:
+            return None
+    if hit is None:
+        return f"no set of {tg} groups within 2δ={2 * gdelta[t]:.2g} of the best"
+    return (f"in every set of {tg} groups within 2δ={2 * gdelta[t]:.2g} of the best, a key is selected while a "
+            f"larger one is rejected beyond 2δ={2 * delta[t]:.2g} (e.g. {hit[1]:.9g} selected, {hit[0]:.9g} not)")
 
 
 def check_ids(config, inputs, ids, recipe, tag, spec=None):
-    """(Verdict, spec Routing, same [T]): robust tokens: the spec's id set; others: a valid one."""
+    """(Verdict, spec Routing, same [T]): every token's ids the spec's set or a valid one (module docstring)."""
     k = config.top_k
     spec = spec if spec is not None else impl_spec.route(config, inputs, recipe)
     keys, gkeys, delta, gdelta = keys64(config, inputs, recipe)
-    robust = (spec.expert_margin > 2 * delta) & (spec.group_margin > 2 * gdelta)
     same = (np.sort(ids[:, :k], axis=1) == np.sort(spec.ids[:, :k], axis=1)).all(axis=1)
-    for t in np.flatnonzero(robust & ~same)[:1]:
-        return (
-            Verdict(
-                False,
-                np.inf,
-                f"ids[{t}]={sorted(ids[t, :k].tolist())} but spec="
-                f"{sorted(spec.ids[t, :k].tolist())}: margin {spec.expert_margin[t]:.3g} > "
-                f"2δ={2 * delta[t]:.2g} [{tag}]",
-            ),
-            spec,
-            same,
-        )
     for t in np.flatnonzero(~same):
         reason = _valid_selection(t, ids[t, :k], keys, gkeys, delta, gdelta, config)
         if reason:
             return (
-                Verdict(False, np.inf, f"ids[{t}]={sorted(ids[t, :k].tolist())}: {reason} [{tag}]"),
+                Verdict(False, np.inf, f"ids[{t}]={sorted(ids[t, :k].tolist())} but spec="
+                        f"{sorted(spec.ids[t, :k].tolist())}: {reason} [{tag}]"),
                 spec,
                 same,
             )
@@ -447,7 +506,7 @@ def compare_moe(case, inputs, out, recipe, tag):
     else:
         spec = impl_spec.layer(case, inputs, used)
         _, _, delta, gdelta = keys64(c.routing, inputs, used)
-        keep = (spec.expert_margin > 2 * delta) & (spec.group_margin > 2 * gdelta)
+        keep = robust(spec, delta, gdelta)
     hard, _ = bounds.bound_vs_recipe(spec, used)
     if recipe is None:
         hard = hard + bounds.bound_vs_ideal(spec, used)

@@ -73,6 +73,11 @@ def route(config, inputs, recipe, ids=None):
         sigmoid=recipe.sigmoid,
         weights_dtype=recipe.routing_weights,
         renorm_order=recipe.renorm_order,
+        group_score=recipe.group_score,
+        scores_dtype=recipe.routing_scores,
+        bias_add_dtype=recipe.routing_bias_add,
+        group_scores_dtype=recipe.routing_group_scores,
+        renorm_dtype=recipe.routing_renorm,
         **extra,
     )
 

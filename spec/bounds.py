@@ -254,9 +254,21 @@ def quantized_input(x, q, rel=0.0):
     return requantized(x, Err(d, d, z), q)
 
 
+def arithmetic_gamma(recipe, num_experts, top_k):
+    """Relative error of a routing weight vs exact before its write: γ_{E+k+8}(2^-24) for the fp32 arithmetic,
+    composed with one rounding to recipe.routing_scores and four to recipe.routing_renorm (Σ, + eps, divide,
+    rsf multiply) where those are narrower than fp32: (1 + γ)(1 + u_s)(1 + u_r)^4 − 1."""
+    g = gamma(num_experts + top_k + 8, U32)
+    for fmt, n in ((recipe.routing_scores, 1), (recipe.routing_renorm, 4)):
+        if fmt != "fp32":
+            g = (1 + g) * (1 + as_format(fmt).unit_roundoff) ** n - 1
+    return g
+
+
 def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unrounded=None):
     """Router weights written in recipe.routing_weights after fp32 arithmetic (softmax over E, or sigmoid,
-    then a sum of k, a divide and a scale): relative γ_{E+k+8}(2^-24) vs exact. hard: two implementations ≤ 2γ
+    then a sum of k, a divide and a scale): relative γ_{E+k+8}(2^-24) vs exact (arithmetic_gamma: more where the
+    recipe computes scores or the renormalization in bf16 / fp16). hard: two implementations ≤ 2γ
     apart before the write, ≤ one ulp (2u) after it; ideal: γ + u. unrounded (the fp32 values before a bf16
     write, [T, k]): the write's rounding rule instead of the ulp for those columns (a flip only near a midpoint).
 
@@ -269,7 +281,7 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
     γ in the denominator; ∞ where that is ≤ 0). vs ideal: that term; hard (two implementations, each within
     it of the ideal): twice it."""
     u = as_format(recipe.routing_weights).unit_roundoff
-    g = gamma(num_experts + top_k + 8, U32)
+    g = arithmetic_gamma(recipe, num_experts, top_k)
     absw = np.abs(np.asarray(w, np.float64))
     apart, ideal = 2 * g * absw, (g + u) * absw  # apart: two implementations' values before the write
     if recipe.sigmoid == "tanh":

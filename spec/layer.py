@@ -334,6 +334,11 @@ def _route(logits, bias, routing, rsf_placement, recipe, ids):
                 "sigmoid": recipe.sigmoid,
                 "weights_dtype": recipe.routing_weights,
                 "renorm_order": recipe.renorm_order,
+                "group_score": recipe.group_score,
+                "scores_dtype": recipe.routing_scores,
+                "bias_add_dtype": recipe.routing_bias_add,
+                "group_scores_dtype": recipe.routing_group_scores,
+                "renorm_dtype": recipe.routing_renorm,
             },
         )
     k = options["top_k"]

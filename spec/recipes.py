@@ -18,6 +18,13 @@ GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")
 MX_RULES = ("ocp", "ceil448")
 ROUTER_WEIGHT_AT = ("gemm2", "combine", "before_requant")
 SUBNORMALS = ("keep", "flush")
+# Group score of the grouped methods (spec/routing.py group_score): "method" follows the method's namesake:
+# deepseek_v3 → FlashInfer's top-2 sum with or without a bias (fused_topk_deepseek requires a bias tensor;
+# trtllm_fused_moe_routing_deepseek.cu routingMainKernel adds 0 without mPtrRoutingBias), so the FlashInfer
+# recipes state their rule by this default; deepseek_v2 → SGLang grouped_topk's max. "top2_sum_if_biased":
+# DeepSeek-V3's reference Gate, vLLM grouped_topk and SGLang select_experts (top-2 sum with a bias, max without).
+GROUP_SCORES = ("method", "top2_sum", "max", "top2_sum_if_biased")
+ROUTING_ARITHMETIC = ("fp32", "bf16", "fp16")  # routing_scores, routing_bias_add, routing_group_scores, routing_renorm
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,11 @@ class Recipe:
     ``renorm_order`` is ``w/(Σ+eps)·rsf`` or ``w·rsf/(Σ+eps)`` (trtllm-gen). Sigmoid ``tanh`` is
     ``0.5·tanhf(0.5x) + 0.5`` (fused_topk_deepseek) with tanhf correctly rounded; it is exactly 0 below
     x ≈ -18.02 (tanhf = -1).
+    Routing arithmetic (torch paths that compute in the logits' dtype): σ / softmax are evaluated in fp32 and
+    stored in ``routing_scores``; s + bias is stored in ``routing_bias_add``; a top-2 group sum in
+    ``routing_group_scores``; the weight sum, + eps, the divide and the rsf multiply each in ``routing_renorm``
+    (torch's bf16 sum accumulates in fp32 and rounds once); the result is written in ``routing_weights``.
+    ``group_score`` names the grouped methods' group rule (GROUP_SCORES).
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
     ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8``: the tensor core's truncating
     e8m13 accumulator inside each K block, spec.quant.hopper_fp8_step, then promotion to fp32); the
@@ -54,6 +66,11 @@ class Recipe:
     sigmoid: str = "exact"
     routing_weights: str = "fp32"
     renorm_order: str = "divide_then_scale"
+    group_score: str = "method"
+    routing_scores: str = "fp32"
+    routing_bias_add: str = "fp32"
+    routing_group_scores: str = "fp32"
+    routing_renorm: str = "fp32"
     act_quant_variant: str = "div"
     act_scale_formula: str = "div448"
     gemm_acc: str = "fp32"
@@ -78,7 +95,9 @@ class Recipe:
                                ("act_scale_formula", SCALE_FORMULAS),
                                ("requant_scale_formula", SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS),
                                ("mx_rule", MX_RULES), ("router_weight_at", ROUTER_WEIGHT_AT),
-                               ("subnormals", SUBNORMALS)):
+                               ("subnormals", SUBNORMALS), ("group_score", GROUP_SCORES),
+                               ("routing_scores", ROUTING_ARITHMETIC), ("routing_bias_add", ROUTING_ARITHMETIC),
+                               ("routing_group_scores", ROUTING_ARITHMETIC), ("routing_renorm", ROUTING_ARITHMETIC)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
 
@@ -172,3 +191,32 @@ NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK
                               TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT,
                               SGLANG_TRITON_FP8_BLOCK, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
                               TORCH_EAGER_NVFP4, *TORCH_EAGER_CUDA)}
+
+
+# ---- Routing arithmetic of the reference torch paths (issue 19), written from their public sources. With fp32
+# logits every step is fp32; with bf16 logits σ is computed in bf16, the fp32 bias parameter promotes s + b to
+# fp32, and the weights (gathered from the bf16 s) are summed, divided and scaled in bf16. Layer fields keep
+# their defaults: these recipes describe routing only.
+# DeepSeek-V3 inference/model.py Gate.forward: scores.sigmoid() in x's dtype, `scores + self.bias` (float32
+# parameter), group score amax without a bias, topk(2).sum with one; `weights /= weights.sum()`,
+# `weights *= route_scale`, returned `.type_as(x)` (bf16 weights for bf16 x). score_func "sigmoid" (deepseek_v3);
+# its softmax branch asks for float32 scores (deepseek_v2 with renormalize=False: routing_scores "fp32").
+DEEPSEEK_V3_GATE = Recipe(name="deepseek_v3_gate_fp32", group_score="top2_sum_if_biased")
+DEEPSEEK_V3_GATE_BF16 = DEEPSEEK_V3_GATE.but(name="deepseek_v3_gate_bf16", logits="bf16", routing_scores="bf16",
+                                             routing_renorm="bf16", routing_weights="bf16")
+# SGLang python/sglang/srt/layers/moe/topk.py biased_grouped_topk_impl (torch-native): gating_output.sigmoid()
+# in the logits' dtype, + correction_bias (fp32), topk(2).sum group score, weights scores.gather(...) divided
+# by their sum in that dtype, returned .to(torch.float32). select_experts calls grouped_topk (group max) when
+# correction_bias is None, so its rule over both paths is top2_sum_if_biased.
+SGLANG_BIASED_GROUPED_TOPK = Recipe(name="sglang_biased_grouped_topk_fp32", group_score="top2_sum_if_biased")
+SGLANG_BIASED_GROUPED_TOPK_BF16 = SGLANG_BIASED_GROUPED_TOPK.but(
+    name="sglang_biased_grouped_topk_bf16", logits="bf16", routing_scores="bf16", routing_renorm="bf16")
+# vLLM vllm/model_executor/layers/fused_moe/router/grouped_topk_router.py grouped_topk (torch path):
+# softmax / sigmoid in the logits' dtype, + e_score_correction_bias (fp32) and topk(2).sum with a bias, .max
+# without; renormalize and `* routed_scaling_factor` on the gathered weights in that dtype; .to(torch.float32).
+VLLM_GROUPED_TOPK = Recipe(name="vllm_grouped_topk_fp32", group_score="top2_sum_if_biased")
+VLLM_GROUPED_TOPK_BF16 = VLLM_GROUPED_TOPK.but(name="vllm_grouped_topk_bf16", logits="bf16", routing_scores="bf16",
+                                               routing_renorm="bf16")
+REFERENCE_ROUTING = (DEEPSEEK_V3_GATE, DEEPSEEK_V3_GATE_BF16, SGLANG_BIASED_GROUPED_TOPK,
+                     SGLANG_BIASED_GROUPED_TOPK_BF16, VLLM_GROUPED_TOPK, VLLM_GROUPED_TOPK_BF16)
+NAMED.update({r.name: r for r in REFERENCE_ROUTING})

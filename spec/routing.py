@@ -15,6 +15,16 @@ below x ≈ -88.72; ``"tanh"`` is 0.5·fl(tanh(0.5x)) + 0.5 in fp32 (fused_topk_
 x ≈ -18.02. When every selected sigmoid is 0 the renormalizing eps decides: 0/(0 + 0) = NaN,
 0/(0 + 1e-20) = 0.
 
+Routing arithmetic. ``scores_dtype`` stores σ / softmax (evaluated as above, then rounded), ``bias_add_dtype``
+s + b, ``group_scores_dtype`` a top-2 group sum, ``renorm_dtype`` each of Σw (the fp32 left-to-right sum
+rounded once, as torch's bf16 sum), Σw + eps, the divide and the rsf multiply (recipes.Recipe routing_*).
+All "fp32" by default, which leaves the fp32 arithmetic above unchanged; ideal ignores them.
+
+Group scores (``group_score``, recipes.GROUP_SCORES): "top2_sum" adds a group's two largest keys (a one-expert
+group: its only key); "max" takes the largest; "top2_sum_if_biased" is top2_sum when a bias is given and max
+without (DeepSeek-V3 inference/model.py Gate, vLLM grouped_topk); "method": deepseek_v3 top2_sum (FlashInfer),
+deepseek_v2 max (SGLang grouped_topk).
+
 Ties. Selection is a stable sort on -key: equal keys → lower expert index first, equal group scores →
 lower group index first (trtllm-gen TopKRedType, moe_fused_gate). Columns of ids are in selection order.
 
@@ -31,7 +41,8 @@ formula at those ids, gathered from the same (masked) scores, summed in the give
 still describe the spec's own selection (spec/layer.py recomputes a layer with an implementation's ids).
 
 Margins (float64 [T]): key of the last selected expert minus key of the first rejected expert of the kept
-groups (inf when none is rejected; 0 for equal keys, infinite ones included; NaN when either key is NaN);
+groups (of any group with deepseek_v2's group_mask_value 0.0, where dropped experts tie with underflowed
+softmax values at 0; inf when none is rejected; 0 for equal keys, infinite ones included; NaN when either key is NaN);
 ``group_margin`` likewise for group scores (inf when topk_group == n_group, e.g. n_group == 1).
 
 Scaling. Weights are multiplied by ``routed_scaling_factor`` (None → 1) whether or not they are
@@ -49,7 +60,7 @@ from typing import NamedTuple
 import numpy as np
 
 from spec.numerics import round_to
-from spec.recipes import RENORM_ORDERS, SIGMOIDS
+from spec.recipes import GROUP_SCORES, RENORM_ORDERS, ROUTING_ARITHMETIC, SIGMOIDS
 
 ROUTED_DTYPES = ("fp32", "bf16")  # allowed bias_dtype and weights_dtype
 _BIASED = ("deepseek_v3", "minimax2")
@@ -76,6 +87,11 @@ class _Options(NamedTuple):
     sigmoid: str = "exact"
     weights_dtype: str = "fp32"
     renorm_order: str = "divide_then_scale"
+    group_score: str = "method"
+    scores_dtype: str = "fp32"
+    bias_add_dtype: str = "fp32"
+    group_scores_dtype: str = "fp32"
+    renorm_dtype: str = "fp32"
     ideal: bool = False
     ids: np.ndarray | None = None
 
@@ -109,8 +125,6 @@ def _check_options(method, o, num_experts):
              f"{method} has no expert groups: n_group and topk_group must be 1")
     _require(k <= tg * (E // G),
              f"top_k={k} > topk_group*num_experts/n_group={tg * (E // G)} (experts in the kept groups)")
-    _require(method != "deepseek_v3" or G == 1 or E // G >= 2,
-             f"deepseek_v3 group score is a top-2 sum: num_experts/n_group={E // G} must be >= 2")
     _require(method != "llama4" or k == 1, f"llama4 routes to exactly one expert: top_k={k} must be 1")
     _require(method == "deepseek_v2" or o.group_mask_value == -np.inf,
              f"group_mask_value applies to deepseek_v2 only; {method} masks dropped groups with -inf")
@@ -133,7 +147,12 @@ def _check_options(method, o, num_experts):
     for name, value, allowed in (("bias_dtype", o.bias_dtype, ROUTED_DTYPES),
                                  ("sigmoid", o.sigmoid, SIGMOIDS),
                                  ("weights_dtype", o.weights_dtype, ROUTED_DTYPES),
-                                 ("renorm_order", o.renorm_order, RENORM_ORDERS)):
+                                 ("renorm_order", o.renorm_order, RENORM_ORDERS),
+                                 ("group_score", o.group_score, GROUP_SCORES),
+                                 ("scores_dtype", o.scores_dtype, ROUTING_ARITHMETIC),
+                                 ("bias_add_dtype", o.bias_add_dtype, ROUTING_ARITHMETIC),
+                                 ("group_scores_dtype", o.group_scores_dtype, ROUTING_ARITHMETIC),
+                                 ("renorm_dtype", o.renorm_dtype, ROUTING_ARITHMETIC)):
         _require(value in allowed, f"{name}={value!r} is not one of {allowed}")
 
 
@@ -160,6 +179,11 @@ def _read(method, logits, bias, options):
     return logits.astype(o.dtype), bias, o
 
 
+def _at(v, fmt, o):
+    """v rounded to fmt: a routing step the recipe computes in a narrower format than fp32 (never when ideal)."""
+    return v if o.ideal or fmt == "fp32" else round_to(v, fmt)
+
+
 def _sum_in_order(x):
     """Σ_j x[:, j], left to right in x's dtype (the kernels accumulate in selection order)."""
     total = np.zeros(x.shape[0], x.dtype)
@@ -178,18 +202,18 @@ def _sigmoid(x, o):
     rounded to fp32; "tanh": 0.5·t + 0.5, t = tanhf(0.5x) modelled correctly rounded (fp32 0.5x and 0.5t are
     exact), so σ = 0 exactly once t rounds to -1: x < -26·ln 2 ≈ -18.02."""
     if o.ideal or o.sigmoid == "exact":
-        return (1 / (1 + np.exp(-x.astype(np.float64)))).astype(o.dtype)
+        return _at((1 / (1 + np.exp(-x.astype(np.float64)))).astype(o.dtype), o.scores_dtype, o)
     one, half = o.dtype(1), o.dtype(0.5)
     if o.sigmoid == "tanh":
-        return half * np.tanh((half * x).astype(np.float64)).astype(o.dtype) + half
-    return one / (one + _exp(-x, o.dtype))
+        return _at(half * np.tanh((half * x).astype(np.float64)).astype(o.dtype) + half, o.scores_dtype, o)
+    return _at(one / (one + _exp(-x, o.dtype)), o.scores_dtype, o)
 
 
-def _softmax(x, dtype):
+def _softmax(x, o):
     """p = exp(x - max x) / Σ exp(x - max x) per row: difference and exp rounded, Σ left to right, true
-    division."""
-    e = _exp(x - x.max(axis=-1, keepdims=True), dtype)
-    return e / _sum_in_order(e)[:, None]
+    division; stored in scores_dtype."""
+    e = _exp(x - x.max(axis=-1, keepdims=True), o.dtype)
+    return _at(e / _sum_in_order(e)[:, None], o.scores_dtype, o)
 
 
 def _gather(a, ids):
@@ -221,14 +245,15 @@ def _select(keys, o, candidates=None):
     return (ids if o.ids is None else np.asarray(o.ids, np.int64)), margin
 
 
-def _top2_sum(grouped):
-    """DeepSeek-V3 group score: the two largest keys of the group added (one rounding); NaN ranks last."""
+def _top2_sum(grouped, o):
+    """Group score: the two largest keys of the group added, rounded in group_scores_dtype (a one-expert group:
+    its key); NaN ranks last."""
     top = -np.sort(-grouped, axis=-1)
-    return top[..., 0] + top[..., 1]
+    return top[..., 0] if top.shape[-1] == 1 else _at(top[..., 0] + top[..., 1], o.group_scores_dtype, o)
 
 
-def _group_max(grouped):
-    """DeepSeek-V2 group score: the largest key of the group; NaN ranks last."""
+def _group_max(grouped, o):
+    """Group score: the largest key of the group; NaN ranks last."""
     return -np.sort(-grouped, axis=-1)[..., 0]
 
 
@@ -238,23 +263,32 @@ def _kept_groups(keys, o, group_score):
     T, E = keys.shape
     if o.n_group == 1:  # no group score at all (FlashInfer's n_group=1 path): nothing to rank or reject
         return np.ones(keys.shape, bool), np.full(T, np.inf)
-    groups, margin = _top_k(group_score(keys.reshape(T, o.n_group, E // o.n_group)), o.topk_group)
+    groups, margin = _top_k(group_score(keys.reshape(T, o.n_group, E // o.n_group), o), o.topk_group)
     kept = np.zeros((T, o.n_group), bool)
     np.put_along_axis(kept, groups, True, axis=-1)
     return np.repeat(kept, E // o.n_group, axis=-1), margin
 
 
+def _group_rule(method, o, biased):
+    """The group score function of group_score for this call (module docstring)."""
+    rule = {"method": "top2_sum" if method == "deepseek_v3" else "max",
+            "top2_sum_if_biased": "top2_sum" if biased else "max"}.get(o.group_score, o.group_score)
+    return _top2_sum if rule == "top2_sum" else _group_max
+
+
 def _scale(w, o):
-    """w · rsf."""
-    return w * o.rsf
+    """w · rsf, rounded in renorm_dtype."""
+    return _at(w * o.rsf, o.renorm_dtype, o)
 
 
 def _renormalized(w, o):
-    """w/(Σw + eps)·rsf ("divide_then_scale"), or w·rsf/(Σw + eps) ("scale_then_divide", trtllm-gen)."""
-    denominator = (_sum_in_order(w) + o.dtype(o.eps))[:, None]
+    """w/(Σw + eps)·rsf ("divide_then_scale"), or w·rsf/(Σw + eps) ("scale_then_divide", trtllm-gen); every
+    step rounded in renorm_dtype."""
+    r = lambda v: _at(v, o.renorm_dtype, o)
+    denominator = r(r(_sum_in_order(w)) + o.dtype(o.eps))[:, None]
     if o.renorm_order == "scale_then_divide" and not o.ideal:
-        return w * o.rsf / denominator
-    return w / denominator * o.rsf
+        return r(r(w * o.rsf) / denominator)
+    return r(r(w / denominator) * o.rsf)
 
 
 def _routing(ids, w, expert_margin, group_margin, num_experts, o):
@@ -286,7 +320,7 @@ def _no_groups(x):
 def default(logits, bias=None, **options):
     """p = softmax(x) over all E; ids = top-k of p; w = p[ids]·rsf (no renormalization)."""
     x, _, o = _read("default", logits, bias, options)
-    p = _softmax(x, o.dtype)
+    p = _softmax(x, o)
     ids, margin = _select(p, o)
     return _routing(ids, _scale(_gather(p, ids), o), margin, _no_groups(x), x.shape[1], o)
 
@@ -296,26 +330,27 @@ def renormalize(logits, bias=None, **options):
     """ids = top-k of the raw logits x; w = softmax(x[ids]) over the k picks, ·rsf (Mixtral / Qwen3)."""
     x, _, o = _read("renormalize", logits, bias, options)
     ids, margin = _select(x, o)
-    return _routing(ids, _scale(_softmax(_gather(x, ids), o.dtype), o), margin, _no_groups(x), x.shape[1], o)
+    return _routing(ids, _scale(_softmax(_gather(x, ids), o), o), margin, _no_groups(x), x.shape[1], o)
 
 
 @_method
 def renormalize_naive(logits, bias=None, **options):
     """p = softmax(x); ids = top-k of p; w = p[ids]/(Σ p[ids] + eps)·rsf."""
     x, _, o = _read("renormalize_naive", logits, bias, options)
-    p = _softmax(x, o.dtype)
+    p = _softmax(x, o)
     ids, margin = _select(p, o)
     return _routing(ids, _renormalized(_gather(p, ids), o), margin, _no_groups(x), x.shape[1], o)
 
 
 @_method
 def deepseek_v3(logits, bias=None, **options):
-    """s = σ(x), c = s + b; keep the topk_group groups with the largest top-2 sum of c; ids = top-k of c in
-    them; w = s[ids]/(Σ s[ids] + eps)·rsf if renormalize else s[ids]·rsf (weights from the unbiased s)."""
+    """s = σ(x), c = s + b; keep the topk_group groups with the largest group score of c (top-2 sum by default);
+    ids = top-k of c in them; w = s[ids]/(Σ s[ids] + eps)·rsf if renormalize else s[ids]·rsf (weights from the
+    unbiased s). No bias: b = 0."""
     x, b, o = _read("deepseek_v3", logits, bias, options)
     s = _sigmoid(x, o)
-    c = s + b
-    kept, group_margin = _kept_groups(c, o, _top2_sum)
+    c = _at(s + b, o.bias_add_dtype, o)
+    kept, group_margin = _kept_groups(c, o, _group_rule("deepseek_v3", o, bias is not None))
     ids, margin = _select(np.where(kept, c, o.dtype(-np.inf)), o, kept)
     w = _renormalized(_gather(s, ids), o) if o.renormalize else _scale(_gather(s, ids), o)
     return _routing(ids, w, margin, group_margin, x.shape[1], o)
@@ -370,7 +405,7 @@ def minimax2(logits, bias=None, **options):
     """s = σ(x); ids = top-k of s + b; w = s[ids]/(Σ s[ids] + eps)·rsf (weights from the unbiased s)."""
     x, b, o = _read("minimax2", logits, bias, options)
     s = _sigmoid(x, o)
-    ids, margin = _select(s + b, o)
+    ids, margin = _select(_at(s + b, o.bias_add_dtype, o), o)
     return _routing(ids, _renormalized(_gather(s, ids), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -380,10 +415,10 @@ def deepseek_v2(logits, bias=None, **options):
     elsewhere (SGLang 0.0, vLLM -inf); ids = top-k of q; w = q[ids]/(Σ q[ids] + eps)·rsf if renormalize
     else q[ids]·rsf."""
     x, _, o = _read("deepseek_v2", logits, bias, options)
-    p = _softmax(x, o.dtype)
-    kept, group_margin = _kept_groups(p, o, _group_max)
+    p = _softmax(x, o)
+    kept, group_margin = _kept_groups(p, o, _group_rule("deepseek_v2", o, False))
     q = np.where(kept, p, o.dtype(o.group_mask_value))
-    ids, margin = _select(q, o, kept)
+    ids, margin = _select(q, o, kept if o.group_mask_value == -np.inf else None)  # 0.0: dropped experts compete
     w = _renormalized(_gather(q, ids), o) if o.renormalize else _scale(_gather(q, ids), o)
     return _routing(ids, w, margin, group_margin, x.shape[1], o)
 
@@ -394,7 +429,8 @@ def route(logits, bias=None, *, method, **options):
     """Route with the named method of ROUTING_METHODS. Options, all keyword: top_k, n_group=1, topk_group=1,
     routed_scaling_factor=None, renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=-inf,
     bias_dtype="fp32", sigmoid="exact", weights_dtype="fp32", renorm_order="divide_then_scale",
-    ideal=False, ids=None (forced routed ids [T, top_k])."""
+    group_score="method", scores_dtype="fp32", bias_add_dtype="fp32", group_scores_dtype="fp32",
+    renorm_dtype="fp32", ideal=False, ids=None (forced routed ids [T, top_k])."""
     _require(method in _METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
     return _METHODS[method](logits, bias, **options)
 

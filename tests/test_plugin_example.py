@@ -1,10 +1,13 @@
 """The worked plug-in (examples/plugin_example.py) through the real CLI: it passes, and a copy with one seeded
-bug (K1: weights from the biased keys) fails with exit 1 and leaves a replayable fixture."""
+bug (K1: weights from the biased keys) fails with exit 1 and leaves a replayable fixture. The bf16-arithmetic
+plug-in (examples/plugin_bf16_routing.py) fails while it claims fp32 routing and passes with its recipe."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from difftest import fixtures, interface
 
@@ -61,3 +64,40 @@ def test_broken_copy_fails_with_a_fixture(tmp_path):
     (path,) = fixtures.discover(tmp_path / "run" / "fixtures")
     fx = fixtures.load(path)
     assert fx.impl_ref == f"{broken}:DEEPSEEK_V3" and fx.case.config.method == "deepseek_v3"
+
+
+BF16_EXAMPLE = ROOT / "examples" / "plugin_bf16_routing.py"
+BF16_CASES = [(bias, dist, seed) for bias in ("fp32", None) for dist in ("normal", "near_ties", "underflow")
+              for seed in (0, 1)]
+
+
+def _bf16_case(bias, dist, seed, logits_dtype="bf16"):
+    from difftest.case import Case, RoutingConfig
+
+    config = RoutingConfig(method="deepseek_v3", num_tokens=64, num_experts=64, top_k=6, n_group=8, topk_group=3,
+                           routed_scaling_factor=2.5, logits_dtype=logits_dtype, bias_dtype=bias)
+    return Case("routing", config, dist, seed)
+
+
+@pytest.mark.parametrize("bias,dist,seed", BF16_CASES)
+def test_bf16_arithmetic_plugin_passes_with_its_recipe(bias, dist, seed):
+    from difftest import check
+
+    r = check.run_case(interface.load(f"{BF16_EXAMPLE}:GROUPED_TOPK_BF16"), _bf16_case(bias, dist, seed))
+    assert r.status == "pass", r.message
+
+
+@pytest.mark.parametrize("bias,dist,seed", BF16_CASES)
+def test_bf16_arithmetic_plugin_fails_claiming_fp32(bias, dist, seed):
+    from difftest import check
+
+    r = check.run_case(interface.load(f"{BF16_EXAMPLE}:UNDECLARED"), _bf16_case(bias, dist, seed))
+    assert r.status == "fail" and r.ratio > 100, (r.status, r.ratio, r.message)
+
+
+@pytest.mark.parametrize("bias", ["fp32", None])
+def test_bf16_arithmetic_plugin_is_fp32_exact_on_fp32_logits(bias):
+    from difftest import check
+
+    r = check.run_case(interface.load(f"{BF16_EXAMPLE}:UNDECLARED"), _bf16_case(bias, "normal", 0, "fp32"))
+    assert r.status == "pass", r.message

@@ -5,6 +5,11 @@ the result to fp32 once (correctly rounded, so an underflowing sigmoid is the tr
 All later arithmetic is fp32: bias add, top-2 group sums, the sum of the selected weights (left to right in
 selection order), the divide by (sum + eps) and the rsf multiply.
 
+Group scores (``group_score``): "top2_sum", the sum of a group's two largest keys (its only key when the group
+has one expert); "max", the largest key; "top2_sum_if_biased", top2_sum when a correction bias is passed and max
+without (DeepSeek-V3's reference Gate, vLLM grouped_topk); "method" (default): top2_sum for deepseek_v3
+(FlashInfer's kernels), max for deepseek_v2 (SGLang grouped_topk).
+
 Selection: larger key first; equal keys -> lower expert index; equal group scores -> lower group index. NaN
 keys rank below every number, -inf included (the CUDA routing kernels pick by iterated `>` comparisons, which
 a NaN never wins; torch.sort alone would put NaN first). ids come in selection order.
@@ -17,6 +22,7 @@ ROUTING_METHODS = ("default", "renormalize", "renormalize_naive", "deepseek_v3",
 GROUPED = ("deepseek_v3", "deepseek_v2")
 BIASED = ("deepseek_v3", "minimax2")
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
+GROUP_SCORES = ("method", "top2_sum", "max", "top2_sum_if_biased")
 
 
 def sigmoid(logits):
@@ -52,11 +58,25 @@ def group_mask(keys, group_scores, topk_group, mask_value):
 
 
 def top2_sum(keys, n_group):
-    """Group score = sum of the two largest keys of each group (fp32). [T, E] -> [T, G]."""
+    """Group score = sum of the two largest keys of each group (fp32); one-expert groups: the key. [T, E] -> [T, G]."""
     T, E = keys.shape
     grouped = keys.view(T, n_group, E // n_group)
     top2 = grouped.gather(-1, descending_order(grouped)[..., :2])  # NaN only when fewer than 2 numbers
-    return top2[..., 0] + top2[..., 1]
+    return top2[..., 0] + top2[..., 1] if top2.shape[-1] == 2 else top2[..., 0]
+
+
+def group_max(keys, n_group):
+    """Group score = the largest key of each group, NaN ignored unless all are NaN. [T, E] -> [T, G]."""
+    T, E = keys.shape
+    grouped = keys.view(T, n_group, E // n_group)
+    return grouped.gather(-1, descending_order(grouped)[..., :1]).squeeze(-1)
+
+
+def uses_top2_sum(method, group_score, biased):
+    """Whether the group rule is the top-2 sum (module docstring)."""
+    if group_score == "method":
+        return method == "deepseek_v3"
+    return group_score == "top2_sum" or (group_score == "top2_sum_if_biased" and biased)
 
 
 def ordered_sum(w):
@@ -67,7 +87,7 @@ def ordered_sum(w):
     return total
 
 
-def _keys_and_scores(method, logits, bias, n_group, topk_group, group_mask_value):
+def _keys_and_scores(method, logits, bias, n_group, topk_group, group_mask_value, group_score="method"):
     """(selection keys [T, E], scores [T, E] the weights are gathered from), both fp32."""
     x = logits.float()
     if method in ("default", "renormalize_naive"):
@@ -86,15 +106,15 @@ def _keys_and_scores(method, logits, bias, n_group, topk_group, group_mask_value
     if method == "deepseek_v3":
         s = sigmoid(logits)
         c = s if bias is None else s + bias  # selection uses the biased score, weights the unbiased one
-        if n_group > 1:
+        if n_group > 1 and not uses_top2_sum(method, group_score, bias is not None):
+            c = group_mask(c, group_max(c, n_group), topk_group, float("-inf"))
+        elif n_group > 1:
             c = group_mask(c, top2_sum(c, n_group), topk_group, float("-inf"))
         return c, s
     s = softmax(logits)  # deepseek_v2: group score is the group max; weights come from the masked softmax
     if n_group > 1:
-        T, E = s.shape
-        grouped = s.view(T, n_group, E // n_group)
-        group_max = grouped.gather(-1, descending_order(grouped)[..., :1]).squeeze(-1)  # NaN-ignoring max
-        s = group_mask(s, group_max, topk_group, group_mask_value)
+        scores = top2_sum(s, n_group) if uses_top2_sum(method, group_score, False) else group_max(s, n_group)
+        s = group_mask(s, scores, topk_group, group_mask_value)
     return s, s
 
 
@@ -132,7 +152,7 @@ def append_shared(ids, w, num_experts, num_shared, rsf):
 
 
 def check_routing(logits, bias, *, method, top_k, n_group, topk_group, routed_scaling_factor, eps,
-                  num_fused_shared_experts, bias_dtype, weights_dtype, renorm_order):
+                  num_fused_shared_experts, bias_dtype, weights_dtype, renorm_order, group_score="method"):
     """Raise ValueError naming the first violated constraint."""
     if method not in ROUTING_METHODS:
         raise ValueError(f"method {method!r} is not one of {ROUTING_METHODS}")
@@ -150,8 +170,6 @@ def check_routing(logits, bias, *, method, top_k, n_group, topk_group, routed_sc
         raise ValueError(f"n_group={n_group} > 1 needs a grouped method {GROUPED}, not {method!r}")
     if not 1 <= topk_group <= n_group:
         raise ValueError(f"topk_group={topk_group} must be in [1, n_group={n_group}]")
-    if method == "deepseek_v3" and n_group > 1 and E // n_group < 2:
-        raise ValueError(f"deepseek_v3 group scores need >= 2 experts per group, got {E // n_group}")
     available = topk_group * (E // n_group) if method in GROUPED else E
     if not 1 <= top_k <= available:
         raise ValueError(f"top_k={top_k} must be in [1, available experts={available}]")
@@ -167,6 +185,8 @@ def check_routing(logits, bias, *, method, top_k, n_group, topk_group, routed_sc
         raise ValueError(f"bias_dtype must be 'fp32' or 'bf16', got {bias_dtype!r}")
     if weights_dtype not in ("fp32", "bf16"):
         raise ValueError(f"weights_dtype must be 'fp32' or 'bf16', got {weights_dtype!r}")
+    if group_score not in GROUP_SCORES:
+        raise ValueError(f"group_score {group_score!r} is not one of {GROUP_SCORES}")
     if renorm_order not in RENORM_ORDERS:
         raise ValueError(f"renorm_order {renorm_order!r} is not one of {RENORM_ORDERS}")
 
@@ -183,23 +203,25 @@ def check_forced_ids(ids, num_tokens, top_k, num_experts):
 
 def route(logits, bias=None, *, method, top_k, n_group=1, topk_group=1, routed_scaling_factor=None,
           renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=float("-inf"),
-          bias_dtype="fp32", weights_dtype="fp32", renorm_order="divide_then_scale", ids=None):
+          bias_dtype="fp32", weights_dtype="fp32", renorm_order="divide_then_scale", group_score="method",
+          ids=None):
     """Route tokens: (ids int32 [T, k + S], weights float32 [T, k + S]).
 
     ``renormalize`` applies to deepseek_v3, deepseek_v2 and sigmoid_renorm (norm_topk_prob); renormalize,
     renormalize_naive and minimax2 always normalize, the rest never do. rsf, when given, multiplies the
     weights of every method (after normalizing, or before the divide with "scale_then_divide").
     ``bias_dtype="bf16"`` rounds the bias to bf16 first; ``weights_dtype="bf16"`` rounds the final weights.
+    ``group_score`` picks the grouped methods' group rule (module docstring).
     ``ids`` [T, k] (routed ids only) replaces the selection; weights are then gathered at those ids.
     """
     check_routing(logits, bias, method=method, top_k=top_k, n_group=n_group, topk_group=topk_group,
                   routed_scaling_factor=routed_scaling_factor, eps=eps,
                   num_fused_shared_experts=num_fused_shared_experts, bias_dtype=bias_dtype,
-                  weights_dtype=weights_dtype, renorm_order=renorm_order)
+                  weights_dtype=weights_dtype, renorm_order=renorm_order, group_score=group_score)
     T, E = logits.shape
     if bias is not None:
         bias = bias.to(torch.bfloat16).float() if bias_dtype == "bf16" else bias.float()
-    keys, scores = _keys_and_scores(method, logits, bias, n_group, topk_group, group_mask_value)
+    keys, scores = _keys_and_scores(method, logits, bias, n_group, topk_group, group_mask_value, group_score)
     if ids is None:
         ids = topk_ids(keys, top_k)
     else:

@@ -1,0 +1,209 @@
+"""Which real routing code each spec rule follows: small hand-derived cases, each citing the reference
+(repository, path, function) and the value it produces there (derived by hand from the quoted source line).
+
+References read: deepseek-ai/DeepSeek-V3 @ 9b4e978 inference/model.py Gate.forward; vllm-project/vllm @ 055e47c
+vllm/model_executor/layers/fused_moe/router/grouped_topk_router.py grouped_topk; sgl-project/sglang
+python/sglang/srt/layers/moe/topk.py biased_grouped_topk_impl, grouped_topk, select_experts; flashinfer-python
+0.7.2.post1 csrc fused_moe/noAuxTcKernels.cu (fused_topk_deepseek) and
+fused_moe/trtllm_backend/trtllm_fused_moe_routing_deepseek.cu (routingMainKernel).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from difftest import check, compare, impl_spec
+from difftest.case import Case, RoutingConfig
+from difftest.tie_orders import REVERSED_TIES
+from spec import recipes
+from spec.routing import route
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def logit(p):
+    return np.log(np.asarray(p, np.float64) / (1 - np.asarray(p, np.float64))).astype(np.float32)
+
+
+# ---- 1. group score rule
+
+# Issue 19's example: σ = [0.700, 0.814 | 0.495, 0.894], one group kept, k = 1.
+SIGMA = [[0.700, 0.814, 0.495, 0.894]]
+GROUPED = dict(method="deepseek_v3", top_k=1, n_group=2, topk_group=1)
+
+
+def test_top2_sum_is_flashinfers_rule_with_or_without_bias():
+    """FlashInfer fused_topk_deepseek (noAuxTcKernels.cu: groupScore = topExpGroupScores[0] +
+    topExpGroupScores[1]; the API requires a bias tensor) and trtllm-gen routingMainKernel (biasVal = 0 without
+    mPtrRoutingBias): group 0 scores 0.700 + 0.814 = 1.514 > 0.495 + 0.894 = 1.389, so expert 1."""
+    assert route(logit(SIGMA), **GROUPED).ids[0, 0] == 1
+    assert route(logit(SIGMA), **GROUPED, group_score="top2_sum").ids[0, 0] == 1
+
+
+def test_deepseek_gate_without_bias_ranks_groups_by_max():
+    """DeepSeek-V3 Gate.forward: `if self.bias is None: group_scores = scores.amax(dim=-1)`; vLLM grouped_topk:
+    `.max(dim=-1).values` without e_score_correction_bias: group 1 scores 0.894 > 0.814, so expert 3."""
+    assert route(logit(SIGMA), **GROUPED, group_score="top2_sum_if_biased").ids[0, 0] == 3
+    assert route(logit(SIGMA), **GROUPED, group_score="max").ids[0, 0] == 3
+
+
+def test_deepseek_gate_with_bias_ranks_groups_by_top2_sum():
+    """Gate.forward: `group_scores = scores.topk(2, dim=-1)[0].sum(dim=-1)` once `scores = scores + self.bias`;
+    with a zero bias the sums are 1.514 and 1.389: expert 1 again."""
+    r = route(logit(SIGMA), np.zeros(4, np.float32), **GROUPED, group_score="top2_sum_if_biased")
+    assert r.ids[0, 0] == 1
+
+
+def test_deepseek_v2_defaults_to_sglang_group_max():
+    """SGLang grouped_topk (softmax, DeepSeek-V2): group_scores = scores.view(...).max(dim=-1).values. p of
+    logits [0, 1 | 0.9, 0.95]: maxima p(1) > p(0.95), sums p(0)+p(1) < p(0.9)+p(0.95); max keeps group 0."""
+    x = np.array([[0.0, 1.0, 0.9, 0.95]], np.float32)
+    options = dict(method="deepseek_v2", top_k=1, n_group=2, topk_group=1)
+    assert route(x, **options).ids[0, 0] == 1
+    assert route(x, **options, group_score="top2_sum").ids[0, 0] == 3
+
+
+def test_named_recipes_state_their_group_rule():
+    """The FlashInfer recipes state theirs by the default ("method": top-2 sum for deepseek_v3); each reference
+    torch path recipe states top2_sum_if_biased."""
+    for r in recipes.NAMED.values():
+        assert r.group_score in recipes.GROUP_SCORES
+    for r in recipes.REFERENCE_ROUTING:
+        assert r.group_score == "top2_sum_if_biased", r.name
+    for name in ("flashinfer_fused_topk_deepseek", "flashinfer_trtllm_bf16", "flashinfer_trtllm_fp8_block"):
+        config = RoutingConfig(method="deepseek_v3", num_tokens=1, num_experts=4, top_k=1, n_group=2)
+        assert compare.group_rule(config, recipes.NAMED[name], biased=False) == "top2_sum"
+
+
+def test_torch_eager_has_the_same_group_rules():
+    import torch
+
+    from impls.torch_eager import route as te_route
+
+    for rule, want in (("method", 1), ("top2_sum", 1), ("max", 3), ("top2_sum_if_biased", 3)):
+        ids, _ = te_route(torch.from_numpy(logit(SIGMA)), **GROUPED, group_score=rule)
+        assert int(ids[0, 0]) == want, rule
+
+
+# ---- 2. tie-aware validity, groups and mask values included
+
+
+def test_zero_mask_ties_accept_any_tie_order():
+    """SGLang grouped_topk masks dropped groups with 0.0 (masked_fill(~score_mask.bool(), 0.0)) and picks with
+    torch.topk, whose tie order is unspecified. Softmax of [0, -200 | -200, -200 | ...] underflows to 0 for
+    every expert but 0: the remaining picks tie at 0 between kept and dropped experts, in any order."""
+    config = RoutingConfig(method="deepseek_v2", num_tokens=1, num_experts=8, top_k=4, n_group=4, topk_group=2,
+                           group_mask_value=0.0)
+    inputs = {"logits": np.array([[0.0, -200, -200, -200, -200, -200, -200, -200]], np.float32)}
+    for ids in ([0, 1, 2, 3], [0, 5, 6, 7], [0, 1, 4, 7]):
+        v, _, _ = compare.check_ids(config, inputs, np.array([ids]), None, "ties")
+        assert v.ok, v.message
+    v, _, _ = compare.check_ids(config, inputs, np.array([[1, 2, 3, 4]]), None, "ties")
+    assert not v.ok  # expert 0 (p = 1) left out: no tie covers that
+
+
+# ---- 3. routing arithmetic precision
+
+
+def test_bf16_scores_and_renormalization_round_where_the_torch_paths_do():
+    """vLLM grouped_topk with bf16 logits: `gating_output.sigmoid()` is bf16, `topk_weights / sum` and
+    `* routed_scaling_factor` are bf16 ops (torch's bf16 sum rounds once). σ(0.5) = 0.62246 → bf16 0.62109375,
+    σ(0) = 0.5; the sum 1.12109375 is a bf16 tie → 1.125 (even); 0.62109375/1.125 = 0.55208 → 0.55078125;
+    × 2.5 = 1.37695 → 1.375."""
+    r = route(np.array([[0.5, 0.0]], np.float32), method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5,
+              scores_dtype="bf16", renorm_dtype="bf16")
+    assert r.weights[0, 0] == np.float32(1.375)
+    fp32 = route(np.array([[0.5, 0.0]], np.float32), method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5)
+    assert abs(fp32.weights[0, 0] - 1.386374) < 1e-5  # the fp32 spec: 0.622459/1.122459 × 2.5
+
+
+def test_bias_add_promotes_to_fp32():
+    """Gate.forward, biased_grouped_topk_impl and grouped_topk add an fp32 bias to bf16 scores: the keys are
+    fp32 (bf16 + fp32 → fp32), so a bias difference of 2^-20 still orders two equal bf16 σ."""
+    x = np.array([[1.0, 1.0]], np.float32)
+    b = np.array([0.0, 2.0**-20], np.float32)
+    r = route(x, b, method="deepseek_v3", top_k=1, scores_dtype="bf16")
+    assert r.ids[0, 0] == 1
+    assert route(x, b, method="deepseek_v3", top_k=1, scores_dtype="bf16", bias_add_dtype="bf16").ids[0, 0] == 0
+
+
+# ---- 4. open choices, decided
+
+
+def test_renormalize_naive_ranks_by_probability_and_accepts_logit_ranking():
+    """Decided: the spec ranks renormalize_naive by its fp32 softmax (SGLang/vLLM fused_topk: softmax, then
+    top-k). FlashInfer's kernel ranks by the logits, the exact order of the probabilities: logits
+    [0, -300, -200] give p = [1, 0, 0] in fp32, the spec takes expert 1 (tie → lower id), FlashInfer expert 2,
+    and the comparator accepts both (p(-200) - p(-300) is far below the fp32 min normal in δ)."""
+    x = np.array([[0.0, -300.0, -200.0]], np.float32)
+    assert route(x, method="renormalize_naive", top_k=2).ids[0].tolist() == [0, 1]
+    config = RoutingConfig(method="renormalize_naive", num_tokens=1, num_experts=3, top_k=2)
+    v, _, _ = compare.check_ids(config, {"logits": x}, np.array([[0, 2]]), None, "logit ranking")
+    assert v.ok, v.message
+
+
+@pytest.mark.parametrize("method", ["deepseek_v3", "sigmoid_renorm", "deepseek_v2"])
+def test_rsf_applies_without_renormalize(method):
+    """Decided: w = s[ids]·rsf whether or not renormalize, as DeepSeek-V3 Gate.forward (`weights *=
+    self.route_scale` after the sigmoid-only renormalization), vLLM grouped_topk (`if routed_scaling_factor !=
+    1.0`, outside `if renormalize`) and FlashInfer. SGLang's biased_grouped_topk_impl multiplies only inside
+    `if renormalize:`; a plug-in of it declares MoEConfig.rsf_placement="combine" or passes rsf itself."""
+    x = np.array([[0.0, 1.0, 2.0, 3.0]], np.float32)
+    plain = route(x, method=method, top_k=2, renormalize=False)
+    scaled = route(x, method=method, top_k=2, renormalize=False, routed_scaling_factor=2.5)
+    np.testing.assert_array_equal(scaled.weights, plain.weights * np.float32(2.5))
+
+
+def test_zero_tokens_route_to_empty_outputs():
+    """Decided: T = 0 is a valid input with empty ids and weights [0, k] (FlashInfer's fused_topk_deepseek
+    fixture F4 shows a kernel that does not return early)."""
+    r = route(np.zeros((0, 8), np.float32), np.zeros(8, np.float32), method="deepseek_v3", top_k=2, n_group=4,
+              topk_group=2)
+    assert r.ids.shape == (0, 2) and r.weights.shape == (0, 2)
+
+
+def test_one_expert_groups_with_bias_score_their_key():
+    """Decided: a one-expert group's top-2 sum is its only key. DeepSeek's Gate, SGLang's and vLLM's torch
+    `topk(2, dim=-1)` raise on a group of one (vLLM's router falls back to ungrouped top-k when E <= n_group);
+    FlashInfer's reduceTopK pads the second key with -inf, so every group scores -inf (its adapter declares such
+    cases unsupported). Keys σ + b of [0.5+0, 0.73+0, 0.27+1 | ...]: groups are experts, the best two kept."""
+    x = np.array([[0.0, 1.0, -1.0, 0.5]], np.float32)
+    b = np.array([0.0, 0.0, 1.0, 0.0], np.float32)
+    r = route(x, b, method="deepseek_v3", top_k=2, n_group=4, topk_group=2)
+    assert sorted(r.ids[0].tolist()) == [1, 2]
+    import torch
+
+    from impls.torch_eager import route as te_route
+
+    ids, _ = te_route(torch.from_numpy(x), torch.from_numpy(b), method="deepseek_v3", top_k=2, n_group=4,
+                      topk_group=2)
+    assert sorted(ids[0].tolist()) == [1, 2]
+
+
+# ---- 5. the three findings as fixtures
+
+
+@pytest.mark.parametrize("fid", ["R01_deepseek_gate_group_max_without_bias", "R02_deepseek_v2_zero_mask_ties",
+                                 "R03_bf16_routing_arithmetic"])
+def test_finding_fixture_passes_and_recorded_a_failure(fid):
+    meta = json.loads((ROOT / "fixtures" / fid / "case.json").read_text())
+    assert meta["status"] == "fixed" and meta["observed"]["status"] == "fail"
+    case = Case.from_dict(meta["case"])
+    from difftest.interface import load
+
+    impl = load(meta["impl"]["ref"])
+    assert check.run_case(impl, case).status == "pass"
+
+
+def test_r02_reversed_ties_differ_from_the_spec():
+    """R02 is not vacuous: the other tie order really selects other experts than the spec."""
+    case = Case("routing", RoutingConfig(method="deepseek_v2", num_tokens=4, num_experts=8, top_k=4, n_group=4,
+                                         topk_group=2, group_mask_value=0.0), "large", 0)
+    from difftest import generate
+
+    inputs = generate.inputs(case)
+    own = impl_spec.route(case.config, inputs, None).ids
+    other = REVERSED_TIES.run(case, inputs)["ids"]
+    assert (np.sort(own, 1) != np.sort(other, 1)).any()
