@@ -27,6 +27,6 @@ date +%T; DIFFTEST_TRTLLM_GEN_AS_BUILT=1 timeout 100 python3 -m difftest fuzz --
   --impl flashinfer.fused_topk_deepseek --impl torch-cuda --model deepseek-v3 --op routing --time-budget 60 \
   --workers 14 --seed 3 --out /tmp/dsv3_three > /tmp/dsv3_three.log 2>&1; tail -3 /tmp/dsv3_three.log
 date +%T
-cp /tmp/*.log /tmp/ops_smoke/summary.json $O/ 2>/dev/null
-tar -C /tmp -czf $O/runs.tgz tg_declared tg_asbuilt dsv3_three ops_smoke
+mkdir -p /tmp/logs && cp /tmp/*.log /tmp/logs/
+tar -C /tmp -czf $O/runs.tgz tg_declared tg_asbuilt dsv3_three ops_smoke logs
 ls -la $O
