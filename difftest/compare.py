@@ -35,7 +35,7 @@ U32 = FP32.unit_roundoff
 SOFTMAX_KEYS = ("default", "renormalize_naive", "deepseek_v2")
 SIGMOID_KEYS = ("deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")
 RAW_KEYS = ("renormalize", "topk", "llama4", "topk_sigmoid")
-TANH_APPROX_REL = 2.0**-11  # PTX ISA tanh.approx.f32 max relative error (recipe sigmoid "tanh"; bounds.routing_weights)
+TANH_APPROX_REL = bounds.TANH_APPROX_REL  # recipe sigmoid "tanh": measured tanh.approx.f32 error
 
 
 class Verdict(NamedTuple):

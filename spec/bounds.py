@@ -31,6 +31,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+# tanh.approx.f32 (MUFU.TANH, what tanhf becomes under -use_fast_math): the largest relative error against the
+# true tanh over every finite fp32 input is 1.11261e-5 = 2^-16.46, measured exhaustively on an H200 (sm_90a;
+# campaigns/h200/tanh_exhaustive.cu, results in campaigns/h200/tanh_exhaustive.json). The PTX ISA documents only
+# 2^-11; another architecture's MUFU.TANH needs its own measurement before this bound applies to it.
+TANH_APPROX_REL = 1.1127e-5
+
 from .numerics import FP32, FP64, as_format, round_to
 
 LAMBDA = 6.0
@@ -273,7 +279,7 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
     write, [T, k]): the write's rounding rule instead of the ulp for those columns (a flip only near a midpoint).
 
     recipe.sigmoid "tanh" (s = 0.5·tanhf(0.5x) + 0.5, fused_topk_deepseek built with -use_fast_math: tanhf is
-    tanh.approx.f32, relative error ≤ R = 2^-11 by the PTX ISA; 2^-16 measured on H200, campaigns/h200) adds an
+    tanh.approx.f32, relative error ≤ R = TANH_APPROX_REL, measured on every fp32 input on an H200) adds an
     absolute error per sigmoid η = 0.5·R·|t| ≤ η̄ = 0.5·R (|t| = |tanh| ≤ 1), which no relative bound covers
     (s → 0 at x = -16 where σ = 1.1e-7). Unrenormalized, w = s·rsf: rsf·η̄. Renormalized over k ids,
     w_i = rsf·s_i/Σ (score_sum = Σ the exact selected scores, [T, 1]): perturbing s_j by e_j, |e_j| ≤ η̄, moves
@@ -285,7 +291,7 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
     absw = np.abs(np.asarray(w, np.float64))
     apart, ideal = 2 * g * absw, (g + u) * absw  # apart: two implementations' values before the write
     if recipe.sigmoid == "tanh":
-        eta = 0.5 * 2.0**-11
+        eta = 0.5 * TANH_APPROX_REL
         if score_sum is None:
             approx = np.full_like(absw, rsf * eta)
         else:

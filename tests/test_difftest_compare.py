@@ -238,20 +238,22 @@ def test_same_id_subnormal_weights_get_the_underflow_allowance_and_no_more():
 
 
 def test_tanh_sigmoid_keys_and_weights_carry_the_tanh_approx_error():
-    """Recipe sigmoid "tanh" (fused_topk_deepseek, tanh.approx.f32 ≤ 2^-11 relative): δ and the weight bound
-    carry η = 2^-12·|t| per sigmoid; the exact-sigmoid recipe does not; a weight 1e-3 off still fails."""
+    """Recipe sigmoid "tanh" (fused_topk_deepseek, tanh.approx.f32 ≤ R = bounds.TANH_APPROX_REL relative): δ and
+    the weight bound carry η = R/2·|t| per sigmoid; the exact-sigmoid recipe does not; a weight 1e-3 off still
+    fails."""
+    from spec.bounds import TANH_APPROX_REL as R
     from spec.recipes import FUSED_TOPK_DEEPSEEK
 
     cfg = RoutingConfig("deepseek_v3", 4, 16, 2, 4, 2, 1.0, renormalize=True, eps=1e-20)
     x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(4, 16)
     _, _, delta, _ = compare.keys64(cfg, {"logits": x}, FUSED_TOPK_DEEPSEEK)
     _, _, delta_exact, _ = compare.keys64(cfg, {"logits": x}, None)
-    assert (delta > 2.0**-13 * np.tanh(0.5 * np.abs(x)).max(axis=1)).all() and (delta_exact < 1e-6).all()
+    assert (delta > R / 2 * np.tanh(0.5 * np.abs(x)).max(axis=1)).all() and (delta_exact < 1e-6).all()
     ids = np.argsort(-x, axis=1)[:, :2]
     w = compare.ideal_weights(cfg, {"logits": x}, ids)
     tanh_b = compare.weight_bound(cfg, FUSED_TOPK_DEEPSEEK, w, inputs={"logits": x}, ids=ids)
     exact_b = compare.weight_bound(cfg, None, w)
-    assert (tanh_b > 2.0**-12).all() and (exact_b < 1e-5).all() and (tanh_b < 4e-3).all()
+    assert (tanh_b > R).all() and (exact_b < R / 4).all() and (tanh_b < 4e-3).all()
 
 
 def test_spec_vs_ideal_excludes_only_underflowing_rows():

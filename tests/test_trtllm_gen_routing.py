@@ -75,6 +75,8 @@ def test_sizes_match_flashinfers_mirror():
 def test_call_args_per_method():
     a = tg.call_args(DSV3)
     assert (a["n_group"], a["topk_group"], a["routed_scaling_factor"], a["tile_tokens_dim"]) == (8, 4, 2.5, 16)
+    ungrouped = tg.call_args(RoutingConfig("deepseek_v3", 3, 256, 8, eps=tg.EPS))
+    assert (ungrouped["n_group"], ungrouped["topk_group"]) == (1, 1)  # the binding refuses 0 for DeepSeekV3
     flat = tg.call_args(RoutingConfig("renormalize", 3, 64, 4))
     assert (flat["n_group"], flat["topk_group"], flat["routed_scaling_factor"]) == (0, 0, 1.0)
     assert flat["tile_tokens_dim"] == tg.DEFAULT_TILE
@@ -116,17 +118,19 @@ def test_preset_draws_only_supported_cases_over_every_method():
 
     from difftest import presets
 
-    seen = set()
+    from hypothesis import find
+
+    strategy = presets.configs(presets.TRTLLM_GEN_ROUTING, "routing")
 
     @settings(max_examples=200, database=None, deadline=None)
-    @given(presets.configs(presets.TRTLLM_GEN_ROUTING, "routing"))
+    @given(strategy)
     def draw(c):
         assert tg.unsupported(c) is None, (c, tg.unsupported(c))
         assert c.tile_tokens_dim in (8, 16, 32, 64, 128)
-        seen.add(c.method)
 
     draw()
-    assert seen == set(presets.TRTLLM_GEN_METHODS)
+    for method in presets.TRTLLM_GEN_METHODS:  # every method is reachable, whatever the run's random choices
+        find(strategy, lambda c, m=method: c.method == m, settings=settings(database=None, max_examples=2000))
 
 
 def test_unavailable_on_cpu_says_why():

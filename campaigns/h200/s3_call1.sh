@@ -13,16 +13,18 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLASHINFER_CUBIN_DIR=$PWD/.c
 nvidia-smi -L; ldd --version | head -1; python3 -c "import torch; print(torch.__version__)"
 date +%T; python3 -m difftest impls | tee $O/impls.txt
 (nvcc -O3 -arch=sm_90a -o /tmp/tanh_exhaustive campaigns/h200/tanh_exhaustive.cu && /tmp/tanh_exhaustive > $O/tanh_exhaustive.json; echo tanh rc=$?) &
+TANH=$!
 date +%T; timeout 150 python3 campaigns/h200/trtllm_gen_ops_smoke.py /tmp/ops_smoke; echo smoke rc=$?
 date +%T; timeout 90 python3 -m pytest -q -p no:xdist tests/test_trtllm_gen_ops.py tests/test_trtllm_gen_routing.py 2>&1 | tail -5
 date +%T; timeout 200 python3 campaigns/h200/trtllm_routing_probe.py $O | tail -3; echo probe rc=$?
-wait
+wait $TANH  # a bare `wait` also waits for the tee above, forever (bash >= 5.1): this hung the first run
 date +%T
 timeout 200 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_routing --model trtllm-gen-routing --time-budget 150 \
   --workers 7 --seed 1 --out /tmp/tg_declared > /tmp/tg_declared.log 2>&1 &
+DECLARED=$!
 DIFFTEST_TRTLLM_GEN_AS_BUILT=1 timeout 200 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_routing \
   --model trtllm-gen-routing --time-budget 150 --workers 7 --seed 2 --out /tmp/tg_asbuilt > /tmp/tg_asbuilt.log 2>&1
-wait; tail -3 /tmp/tg_declared.log /tmp/tg_asbuilt.log
+wait $DECLARED; tail -3 /tmp/tg_declared.log /tmp/tg_asbuilt.log
 date +%T; DIFFTEST_TRTLLM_GEN_AS_BUILT=1 timeout 100 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_routing \
   --impl flashinfer.fused_topk_deepseek --impl torch-cuda --model deepseek-v3 --op routing --time-budget 60 \
   --workers 14 --seed 3 --out /tmp/dsv3_three > /tmp/dsv3_three.log 2>&1; tail -3 /tmp/dsv3_three.log

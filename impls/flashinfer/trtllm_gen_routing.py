@@ -95,12 +95,12 @@ def unsupported(config):
                         f"{DEEPSEEK_MAX_TOPK_GROUP} (got {G}, {tg})")
             if E // G > 32:
                 return f"grouped DeepSeekV3: one warp per group, experts per group {E // G} > 32"
-            if k > (8 if E <= 384 else 22):
-                return f"grouped DeepSeekV3: top_k={k} above its limit for E={E}"
             if k >= tg * (E // G):
                 return f"grouped DeepSeekV3 needs top_k < topk_group·E/n_group ({k} >= {tg * (E // G)})"
             if E + S > DEEPSEEK_MAX_EXPERTS:
                 return f"grouped DeepSeekV3: num_experts + shared = {E + S} > {DEEPSEEK_MAX_EXPERTS}"
+    if c.method == "deepseek_v3" and k > (8 if E <= 384 else 22):
+        return f"DeepSeekV3: top_k={k} above the binding's limit for E={E} (8 up to 384 experts, else 22)"
     if c.method == "llama4" and k != 1:
         return "llama4 needs top_k == 1"
     if c.bias_dtype is not None and c.method not in ("deepseek_v3", "minimax2"):
@@ -126,9 +126,9 @@ def call_args(config):
     filled = min(E + S, remaining)
     max_ctas = filled + (remaining - filled) // tile
     local = E - c.local_expert_offset if c.local_num_experts is None else c.local_num_experts
-    grouped = c.method == "deepseek_v3" and c.n_group > 1
-    return dict(top_k=k, num_fused_shared_experts=S, n_group=c.n_group if grouped else 0,
-                topk_group=c.topk_group if grouped else 0, local_expert_offset=c.local_expert_offset,
+    dsv3 = c.method == "deepseek_v3"  # the binding needs n_group, topk_group >= 1 for it (1: ungrouped)
+    return dict(top_k=k, num_fused_shared_experts=S, n_group=c.n_group if dsv3 else 0,
+                topk_group=c.topk_group if dsv3 else 0, local_expert_offset=c.local_expert_offset,
                 local_num_experts=local, routed_scaling_factor=float(c.routed_scaling_factor or 1.0),
                 tile_tokens_dim=tile, norm_topk_prob=bool(c.renormalize),
                 max_ctas=max_ctas, max_padded=max_ctas * tile, histogram_size=max(2 * (E + S), 512))
