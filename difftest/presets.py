@@ -244,8 +244,12 @@ def trtllm_gen_tokens():
 
 @st.composite
 def _trtllm_gen_routing(draw):
+    from impls.flashinfer.trtllm_gen_routing import MAX_EXPERTS
+
     method = draw(st.sampled_from(TRTLLM_GEN_METHODS), label="method")
-    E, G, tg = draw(st.sampled_from(TRTLLM_GEN_EXPERTS), label="experts")
+    E, G, tg = draw(st.sampled_from([e for e in TRTLLM_GEN_EXPERTS
+                                     if e[0] <= MAX_EXPERTS[method] or e[1] > 1 and method == "deepseek_v3"]),
+                    label="experts")
     if method != "deepseek_v3":
         G = tg = 1
     grouped = G > 1
@@ -266,7 +270,8 @@ def _trtllm_gen_routing(draw):
         renormalize=renorm or method not in ("deepseek_v3", "sigmoid_renorm"),
         eps=1e-20 if method in ("deepseek_v3", "minimax2", "sigmoid_renorm") else 0.0,
         logits_dtype=draw(st.sampled_from(["fp32", "bf16"]), label="logits_dtype"),
-        bias_dtype=draw(st.sampled_from([None, "fp32", "fp32", "bf16"]), label="bias_dtype") if biased else None,
+        bias_dtype=draw(st.sampled_from([None, "fp32", "fp32", "bf16"] if G > 1 else ["fp32", "fp32", "bf16"]),
+                        label="bias_dtype") if biased else None,
         num_fused_shared_experts=shared, tile_tokens_dim=tile, local_expert_offset=offset, local_num_experts=local,
     )
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
                                 "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
 torch = pytest.importorskip("torch")
 
-from impls.flashinfer import trtllm_gen_ops as ops  # noqa: E402
+from impls.flashinfer import _trtllm_gen_ops as ops  # noqa: E402
 
 BF16, FP8, I32, F32 = torch.bfloat16, torch.float8_e4m3fn, torch.int32, torch.float32
 T, K, P, H = 3, 2, 16, 256

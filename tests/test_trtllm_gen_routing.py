@@ -109,8 +109,21 @@ def test_limits_name_the_violated_constraint(change, reason):
 
 def test_shared_experts_only_on_the_grouped_kernel():
     assert tg.unsupported(dataclasses.replace(DSV3, num_fused_shared_experts=2)) is None
-    flat = RoutingConfig("deepseek_v3", 4, 256, 8, eps=tg.EPS, num_fused_shared_experts=1)
+    flat = RoutingConfig("deepseek_v3", 4, 256, 8, eps=tg.EPS, bias_dtype="fp32", num_fused_shared_experts=1)
     assert "grouped DeepSeekV3 kernel" in tg.unsupported(flat)
+
+
+def test_launch_failures_seen_on_the_h200_are_declared_limits():
+    """What the first H200 campaign hit: E above a method's largest compiled tier, Llama4 above 128 experts, and
+    the null bias pointer of the routingCustom sigmoid-bias kernels (the open crash fixture)."""
+    assert "largest compiled kernel tier" in tg.unsupported(RoutingConfig("default", 1, 384, 1))
+    assert tg.unsupported(RoutingConfig("renormalize", 1, 384, 1)) is None
+    assert "largest compiled kernel tier" in tg.unsupported(RoutingConfig("llama4", 1, 256, 1))
+    for no_bias in (RoutingConfig("deepseek_v3", 1, 256, 1, eps=tg.EPS), RoutingConfig("minimax2", 1, 256, 1,
+                                                                                        eps=tg.EPS)):
+        assert tg.NO_BIAS_CRASH in tg.unsupported(no_bias)
+        assert tg.unsupported(dataclasses.replace(no_bias, bias_dtype="fp32")) is None
+    assert tg.unsupported(DSV3) is None and DSV3.bias_dtype is None  # the grouped kernel checks for a null bias
 
 
 def test_preset_draws_only_supported_cases_over_every_method():

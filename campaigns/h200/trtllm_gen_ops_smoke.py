@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from impls.flashinfer import trtllm_gen_ops as ops  # noqa: E402
+from impls.flashinfer import _trtllm_gen_ops as ops  # noqa: E402
 
 BF16, FP16, FP8, F32, F64, I32 = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float32,
                                   torch.float64, torch.int32)

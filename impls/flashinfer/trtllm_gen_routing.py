@@ -43,6 +43,12 @@ DEFAULT_TILE = 8  # FlashInfer's default tile_tokens_dim
 UNWRITTEN = -7
 PERMUTATION_KEYS = ("total_num_padded_tokens", "expanded_idx_to_permuted_idx", "permuted_idx_to_token_idx",
                     "cta_idx_xy_to_batch_idx", "cta_idx_xy_to_mn_limit", "num_non_exiting_ctas")
+# Largest expert count the routingCustom kernels are instantiated for, per method (the last Tier<E, K> of each
+# PolicyTraits list, RoutingCustomPolicy.cuh:825-898; a larger E fails at launch: "no compiled tier covers
+# numExperts=…"), and the Llama4 kernel's limit (trtllm_fused_moe_routing_llama4.cu:536). All hold top_k <= 8.
+MAX_EXPERTS = {"default": 256, "sigmoid_renorm": 256, "sigmoid": 256, "topk_sigmoid": 256, "topk": 256,
+               "renormalize": 2048, "renormalize_naive": 2048, "minimax2": 1024, "deepseek_v3": 1024, "llama4": 128}
+NO_BIAS_CRASH = "flashinfer-trtllm_gen_routing-no_bias_ungrouped"  # open fixture
 DEEPSEEK_MAX_TOPK_GROUP = 4
 DEEPSEEK_MAX_GROUPS = 8
 DEEPSEEK_MAX_EXPERTS = 512  # NumNemotronExperts: routed + fused shared
@@ -76,6 +82,11 @@ def unsupported(config):
         return "num_tokens=0: the binding refuses it ('num_tokens must be >= 1')"
     if c.logits_dtype not in ("fp32", "bf16"):
         return f"logits_dtype {c.logits_dtype!r}: the kernels read fp32 or bf16 logits"
+    if E > MAX_EXPERTS[c.method] and not (c.method == "deepseek_v3" and G > 1):
+        return f"{c.method}: num_experts={E} > {MAX_EXPERTS[c.method]}, the largest compiled kernel tier"
+    if c.bias_dtype is None and (c.method == "minimax2" or c.method == "deepseek_v3" and G == 1):
+        return (f"{c.method} without a bias on the routingCustom kernel reads the bias through a null pointer "
+                f"(illegal memory access): open fixture {NO_BIAS_CRASH}")
     if S and not (c.method == "deepseek_v3" and G > 1):
         return "fused shared experts: only the grouped DeepSeekV3 kernel writes their slots"
     if c.method in ("deepseek_v3", "minimax2", "sigmoid_renorm") and c.renormalize and c.eps != EPS:
@@ -114,6 +125,42 @@ def recipe_for(config):
     from spec.recipes import trtllm_gen_routing as recipe
 
     return recipe(config.method, config.n_group, as_built=os.environ.get(AS_BUILT_ENV) == "1")
+
+
+# routingCustom's instantiated expert tiers per method (RoutingCustomPolicy.cuh:825-898) and the grouped
+# DeepSeekV3 kernel's (deepseek.cu:66-79): the dispatched tier sizes the histogram kernels' thread count.
+CUSTOM_TIERS = {"default": (128, 256), "sigmoid_renorm": (128, 256), "sigmoid": (128, 256),
+                "topk_sigmoid": (128, 256), "topk": (128, 256),
+                "renormalize": (128, 160, 256, 512, 576, 768, 896, 1024, 2048),
+                "renormalize_naive": (128, 160, 256, 512, 576, 768, 896, 1024, 2048),
+                "minimax2": (128, 256, 384, 512, 896, 1024), "deepseek_v3": (128, 256, 384, 512, 896, 1024)}
+GROUPED_TIERS = (128, 256, 384, 512)
+RESERVED_SMS = 8  # getCoopLaunchSMCounts' default reserve (Kernel.cuh:49-96)
+
+
+def _tier(tiers, n):
+    return next(t for t in tiers if t >= n)
+
+
+def kernel_path(config, sms=132):
+    """Which kernels the runner launches for a configuration on a device with ``sms`` multiprocessors
+    (docs/trtllm_gen_routing.md §5; the routingCustom split-path variants are not distinguished):
+    'grouped/cluster|coop|histogram', 'llama4/warp|cluster|histogram', 'custom/block|dyn_block|cluster|coop|histogram'."""
+    c, T = config, config.num_tokens
+    k = c.top_k + c.num_fused_shared_experts
+    if c.method == "deepseek_v3" and c.n_group > 1:
+        hist = _tier(GROUPED_TIERS, c.num_experts + c.num_fused_shared_experts)
+        if T <= 1024 and T * k <= 8 * hist:
+            return "grouped/cluster"
+        return "grouped/coop" if T <= (sms - RESERVED_SMS) * hist * 64 // k else "grouped/histogram"
+    if c.method == "llama4":
+        return "llama4/warp" if T < 4 else "llama4/cluster" if T <= 256 else "llama4/histogram"
+    if T <= 16:
+        return "custom/block" if T <= 4 else "custom/dyn_block"
+    if T <= 256:
+        return "custom/cluster"
+    tier = min(1024, _tier(CUSTOM_TIERS[c.method], c.num_experts))
+    return "custom/coop" if T <= (sms - RESERVED_SMS) * tier * 64 // k else "custom/histogram"
 
 
 def call_args(config):
