@@ -26,12 +26,15 @@ def configs():
     biased = dict(method="minimax2", num_experts=256, top_k=8, eps=tg.EPS, bias_dtype="fp32", tile_tokens_dim=128,
                   local_expert_offset=64, local_num_experts=64)
     llama = dict(method="llama4", num_experts=128, top_k=1, tile_tokens_dim=8)
+    # fused shared experts on expert-parallel shards (docs/trtllm_gen_routing.md §6): first, middle, last shard
+    shards = [dict(grouped, tile_tokens_dim=8, local_expert_offset=o, local_num_experts=8) for o in (0, 8, 24)]
     coop_g = (SMS - tg.RESERVED_SMS) * 128 * 64 // 10
     coop_c = (SMS - tg.RESERVED_SMS) * 128 * 64 // 8
     for base, tokens in ((grouped, (1, 102, 103, 1024, 1025, coop_g, coop_g + 1)),
                          (custom, (4, 5, 16, 17, 256, 257, coop_c, coop_c + 1)),
                          (biased, (4, 5, 16, 17, 256, 257, 4096)),
-                         (llama, (3, 4, 256, 257, 8192))):
+                         (llama, (3, 4, 256, 257, 8192)),
+                         *((shard, (3, 300)) for shard in shards)):
         for T in tokens:
             yield RoutingConfig(num_tokens=T, **base)
 

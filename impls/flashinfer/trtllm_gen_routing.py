@@ -29,7 +29,7 @@ from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_
 
 NAME = "flashinfer.trtllm_gen_routing"
 OP = "routing"
-DETERMINISTIC = True
+DETERMINISTIC = False  # rows inside an expert are placed by atomics: their order differs run to run (H200)
 RECIPE = "flashinfer_trtllm_gen_routing"  # declared semantics; recipe_for() picks per case
 AS_BUILT_ENV = "DIFFTEST_TRTLLM_GEN_AS_BUILT"  # "1": declare the grouped kernel's bf16 bias (an open finding)
 NATIVE = ((10, 0), (10, 3), (12, 0), (12, 1))  # FlashInfer builds and gates the module for these
