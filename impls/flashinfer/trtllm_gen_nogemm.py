@@ -37,7 +37,11 @@ EPS = 1e-10  # amax floor of both torch quantizers (the spec's)
 
 
 def available():
-    return routing.available()  # the routing adapter's checks include the dev kernels' exported headers
+    """The routing adapter's checks, then the exported trtllm-gen headers the dev-kernel module is built from
+    (needed on every arch: FlashInfer ships no prebuilt dev-kernel module)."""
+    from . import _trtllm_gen_jit as jit
+
+    return routing.available() or jit.export_headers()[1]
 
 
 def unsupported(config):
