@@ -161,6 +161,29 @@ TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT = TRTLLM_GEN_ROUTING.but(name="flashinfer_tr
                                                             bias="bf16")
 
 
+# The trtllm-gen pipeline with torch GEMMs in place of its batched GEMMs (flashinfer.trtllm_gen_nogemm,
+# impls/flashinfer/trtllm_gen_nogemm.py): routing fields as TRTLLM_GEN_ROUTING (the routing kernel runs as is;
+# fast math, so subnormals "flush"). permute is a copy. GEMM1/GEMM2: torch per expert, bf16 path on fp32 operands
+# holding the bf16 values (products exact, cuBLAS fp32 sums, TF32 off), fp8_block path on codes·scales decoded in
+# fp64 and summed in fp64 (no worse than gemm_acc "fp32"); both outputs stored in bf16 (gemm1_out, expert_out).
+# Activation: the trtllm-gen kernel, silu(g)·u in fp32 (ex2/rcp approximations well inside fp32 evaluation
+# error) stored in bf16 (act_compute fp32, act_out bf16); relu2 in torch, max(x, 0)² in fp32, stored in bf16.
+# Finalize: the kernel, w·x of the stored bf16 expert output and the bf16 router weight as fp32 FFMAs, one bf16
+# rounding (router_weight_at "combine", combine fp32, out bf16).
+TRTLLM_GEN_NOGEMM_BF16 = TRTLLM_GEN_ROUTING.but(name="flashinfer_trtllm_gen_nogemm_bf16", gemm1_out="bf16",
+                                                requant_intermediate=False, router_weight_at="combine")
+# fp8_block: hidden states quantized in torch as SGLang's quantizer feeding trtllm-gen does (TRTLLM_FP8_BLOCK's
+# act fields: s = amax·fl(1/448), q = x·fl(448·fl(1/amax))); the bf16 intermediate re-quantized per (row, 128)
+# in torch with the DeepSeek-FP8 activation kernel's formula, s = amax·fl(1/448), q = e4m3(y·fl(1/s)), the
+# reciprocal correctly rounded (the kernel's MUFU.RCP is not; this step is torch's, not the kernel's).
+TRTLLM_GEN_NOGEMM_FP8_BLOCK = TRTLLM_GEN_NOGEMM_BF16.but(
+    name="flashinfer_trtllm_gen_nogemm_fp8_block", act_quant_variant="mul_rcp_amax", act_scale_formula="mul_rcp448",
+    requant_intermediate=True, requant_variant="mul_rcp_scale", requant_scale_formula="mul_rcp448")
+# Grouped DeepSeekV3 as built (bf16 bias, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT), on request only.
+TRTLLM_GEN_NOGEMM_AS_BUILT = tuple(r.but(name=r.name + "_grouped_as_built", bias="bf16")
+                                   for r in (TRTLLM_GEN_NOGEMM_BF16, TRTLLM_GEN_NOGEMM_FP8_BLOCK))
+
+
 def trtllm_gen_routing(method, n_group, as_built=False):
     """The trtllm-gen routing recipe of a case: the declared semantics, or with ``as_built`` the grouped
     DeepSeekV3 kernel's bf16 bias (runner.cu:65, 159: deepseek_v3 with n_group > 1 runs routingDeepSeek)."""
@@ -188,7 +211,8 @@ TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_
                          for r in (TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8, TORCH_EAGER_NVFP4))
 
 NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK_DEEPSEEK, FUSED_TOPK_DEEPSEEK_BF16,
-                              TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT,
+                              TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT, TRTLLM_GEN_NOGEMM_BF16,
+                              TRTLLM_GEN_NOGEMM_FP8_BLOCK, *TRTLLM_GEN_NOGEMM_AS_BUILT,
                               SGLANG_TRITON_FP8_BLOCK, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
                               TORCH_EAGER_NVFP4, *TORCH_EAGER_CUDA)}
 

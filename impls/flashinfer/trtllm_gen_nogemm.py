@@ -1,0 +1,229 @@
+"""FlashInfer's trtllm-gen MoE pipeline with torch GEMMs in place of its batched GEMMs: a test of the stages
+around the GEMMs (routing, permute, activation, finalize) as one layer, on any device the routing adapter runs.
+
+    routing   trtllm-gen routing kernel (trtllm_gen_routing.py): bf16 weights, expanded_idx_to_permuted_idx
+    permute   dev kernel: hidden rows (fp8_block: codes and scales) into the expert-grouped padded buffer
+    GEMM1     torch, per local expert on its rows, stored bf16
+    act       swiglu: dev activation kernel, out = silu(g)·u with g the SECOND half of GEMM1's output, so w13
+              is passed as [up; gate]; relu2: torch (activation::run has no non-gated path: not a kernel test)
+    requant   fp8_block only: torch, per (row, 128): s = amax·fl(1/448), q = e4m3(y·fl(1/s))
+    GEMM2     torch, per local expert, stored bf16
+    finalize  dev kernel: out[t] = bf16(Σ_k w[t, k]·x[p(t, k)]) in fp32, the router weight applied here
+
+GEMMs: bf16 path on fp32 operands (bf16 values, exact products) summed by cuBLAS in fp32 with TF32 off;
+fp8_block path on codes × scales decoded in fp64 (exact) and summed in fp64; both rounded to bf16 once (the fp64
+sum through fp32, an fp32-accumulation realization). Recipes: spec.recipes TRTLLM_GEN_NOGEMM_*.
+
+Why fp8_block does not use activation_deepseek_fp8: that kernel reads GEMM1's output as e4m3 codes with
+per-128 scales (FlashInfer's DeepSeek-FP8 GEMM1 writes them), an extra quantization of GEMM1's output the
+spec's Recipe has no field for; the bf16 activation kernel on GEMM1's bf16 output is the step the spec states.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from . import trtllm_gen_routing as routing
+from ._env import to_numpy, to_torch
+
+NAME = "flashinfer.trtllm_gen_nogemm"
+OP = "moe"
+DETERMINISTIC = True  # no atomics: cuBLAS without split-K atomics, finalize sums in a fixed order
+QUANTS = ("bf16", "fp8_block")
+ACTIVATIONS = ("swiglu", "relu2")
+BLOCK = 128
+RCP448 = np.float32(1) / np.float32(448)
+EPS = 1e-10  # amax floor of both torch quantizers (the spec's)
+
+
+def available():
+    """The routing adapter's checks, then the exported trtllm-gen headers the dev-kernel module is built from
+    (needed on every arch: FlashInfer ships no prebuilt dev-kernel module)."""
+    from . import _trtllm_gen_jit as jit
+
+    return routing.available() or jit.export_headers()[1]
+
+
+def unsupported(config):
+    """None when a MoEConfig is inside what the composed pipeline runs; else the violated constraint."""
+    c, r = config, config.routing
+    if c.quant not in QUANTS:
+        return f"quant={c.quant!r} not in {QUANTS}"
+    if c.hidden_dtype != "bf16":
+        return f"hidden_dtype={c.hidden_dtype!r}: the pipeline takes bf16 hidden states"
+    if c.activation not in ACTIVATIONS:
+        return (f"activation {c.activation!r} not in {ACTIVATIONS}: the activation kernel computes silu(g)·u "
+                "only; relu2 is done in torch")
+    if c.activation == "swiglu" and c.intermediate_size < 64:
+        return f"intermediate_size={c.intermediate_size}: the activation kernel launches 2I/128 CTAs, needs I >= 64"
+    if c.quant == "fp8_block" and (c.hidden_size % BLOCK or c.intermediate_size % BLOCK):
+        return (f"fp8_block needs hidden_size={c.hidden_size} and intermediate_size={c.intermediate_size} "
+                f"multiples of {BLOCK} (1×128 activation and 128×128 weight blocks)")
+    if r.num_fused_shared_experts:
+        return "fused shared experts are not modelled by this adapter"
+    if c.router_weight_on_input:
+        return "router_weight_on_input: finalize applies the router weight"
+    if c.rsf_placement != "routing":
+        return "rsf_placement must be 'routing': the routing kernel scales the weights, finalize applies no rsf"
+    n_local = r.num_experts - c.local_expert_offset if c.local_num_experts is None else c.local_num_experts
+    if not (0 <= c.local_expert_offset and 1 <= n_local and c.local_expert_offset + n_local <= r.num_experts):
+        return (f"local experts [{c.local_expert_offset}, {c.local_expert_offset + n_local}) must lie in "
+                f"[0, {r.num_experts})")
+    return routing.unsupported(routing_config(c))
+
+
+def routing_config(config):
+    """The RoutingConfig the routing stage runs: the case's, with the layer's expert shard and the default tile."""
+    return dataclasses.replace(config.routing, local_expert_offset=config.local_expert_offset,
+                               local_num_experts=config.local_num_experts, tile_tokens_dim=None)
+
+
+def recipe_for(config):
+    """TRTLLM_GEN_NOGEMM_BF16 / _FP8_BLOCK; with DIFFTEST_TRTLLM_GEN_AS_BUILT=1 and a grouped DeepSeekV3 case, the
+    routing kernel's bf16 bias (as the routing adapter declares)."""
+    from spec.recipes import NAMED
+
+    name = f"flashinfer_trtllm_gen_nogemm_{config.quant}"
+    if routing.recipe_for(config.routing).bias == "bf16":
+        name += "_grouped_as_built"
+    return NAMED[name]
+
+
+def kernel_w13(w13, half_order, activation):
+    """w13 [..., N1, K] (torch) in the case's half order -> the activation kernel's [up; gate] (rows 0:I linear,
+    I:2I gated); non-gated w13 unchanged. Works on the block-scale rows [..., N1/128, K/128] alike."""
+    from ._prep import up_gate_rows
+
+    return up_gate_rows(w13, half_order) if activation == "swiglu" else w13
+
+
+def quant_fp8(x, variant):
+    """[M, K] float -> (e4m3 [M, K], fp32 scales [M, K/128]) per (row, 128 columns), s = amax·fl(1/448):
+    "mul_rcp_amax" q = e4m3(x·fl(448·fl(1/amax))) (the hidden states), "mul_rcp_scale" q = e4m3(x·fl(1/s))
+    (the intermediate). amax ignores NaN and is floored at 1e-10; codes saturate at ±448 (spec.quant)."""
+    import torch
+
+    if variant not in ("mul_rcp_amax", "mul_rcp_scale"):
+        raise ValueError(f"variant must be 'mul_rcp_amax' or 'mul_rcp_scale', got {variant!r}")
+    M, K = x.shape
+    g = x.float().reshape(M, K // BLOCK, BLOCK)
+    amax = torch.nan_to_num(g.abs(), nan=0.0).amax(-1, keepdim=True).clamp_min(EPS)
+    s = amax * torch.tensor(RCP448, device=x.device)
+    v = g * (448.0 * (1.0 / amax)) if variant == "mul_rcp_amax" else g * (1.0 / s)
+    return v.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).reshape(M, K), s.reshape(M, K // BLOCK)
+
+
+def dequant_rows(codes, scales):
+    """e4m3 [M, K] with per-(row, 128) scales [M, K/128] -> exact float64 values."""
+    return codes.double() * scales.double().repeat_interleave(BLOCK, dim=1)
+
+
+def dequant_blocks(codes, scales):
+    """e4m3 [N, K] with 128×128 block scales [ceil(N/128), ceil(K/128)] -> exact float64 values."""
+    n, k = codes.shape
+    s = scales.double().repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:n, :k]
+    return codes.double() * s
+
+
+def expert_gemm(a, w, rows_of, n_out):
+    """out[r] = a[r]·w(e)ᵀ for every local expert e and its permuted rows rows_of[e]; other rows 0. a: [P, K]
+    float32 / float64 values; w(e) -> [n_out, K] of a's dtype. Rounded once to bf16 (fp64 sums through fp32)."""
+    import torch
+
+    out = torch.zeros(a.shape[0], n_out, dtype=torch.bfloat16, device=a.device)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for e, rows in rows_of.items():
+            out[rows] = (a[rows] @ w(e).T).float().to(torch.bfloat16)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return out
+
+
+def rows_by_expert(expanded_idx_to_permuted_idx, local_ids, device):
+    """{local expert: int64 tensor of its permuted rows} from the routing outputs (numpy)."""
+    import torch
+
+    e2p = np.asarray(expanded_idx_to_permuted_idx)
+    return {int(e): torch.from_numpy(e2p[local_ids == e].astype(np.int64)).to(device)
+            for e in np.unique(local_ids[local_ids >= 0])}
+
+
+_prepared = []  # [(numpy arrays, half order, activation, quant, device tensors)]: the last weights, kept while they recur
+
+
+def prepare_weights(inputs, config, device):
+    """Stacked numpy weights -> device tensors: w13 rows (and block-scale rows) in the kernel's [up; gate]."""
+    import torch
+
+    keys = ("w13", "w2") if config.quant == "bf16" else ("w13", "w13_scale", "w2", "w2_scale")
+    arrays = tuple(inputs[k] for k in keys)
+    tag = (config.half_order, config.activation, config.quant, str(device))
+    if _prepared and _prepared[0][1] == tag and all(a is b for a, b in zip(_prepared[0][0], arrays, strict=True)):
+        return _prepared[0][2]
+    if config.quant == "bf16":
+        w = {"w13": to_torch(inputs["w13"], "bf16", device).float(), "w2": to_torch(inputs["w2"], "bf16", device).float()}
+    else:
+        w = {"w13": to_torch(inputs["w13"], "e4m3fn", device), "w2": to_torch(inputs["w2"], "e4m3fn", device),
+             "w13_scale": torch.tensor(inputs["w13_scale"], dtype=torch.float32, device=device),
+             "w2_scale": torch.tensor(inputs["w2_scale"], dtype=torch.float32, device=device)}
+        w["w13_scale"] = kernel_w13(w["w13_scale"], config.half_order, config.activation)
+    w["w13"] = kernel_w13(w["w13"], config.half_order, config.activation)
+    _prepared[:] = [(arrays, tag, w)]
+    return w
+
+
+def run(config, inputs, device="cuda"):
+    """inputs {"hidden", "logits", "bias"?, "w13", "w2" (+ fp8_block scales)} numpy -> {"out" [T, H] float32 of
+    bf16 values, "ids" [T, k] int32 global expert ids}."""
+    import torch
+
+    from . import _trtllm_gen_ops as ops
+
+    c, r = config, config.routing
+    rc = routing_config(c)
+    a = routing.call_args(rc)
+    logits = to_torch(inputs["logits"], r.logits_dtype, device)
+    bias = None
+    if "bias" in inputs:
+        bias = to_torch(inputs["bias"], "fp32", device)
+        bias = bias.to(torch.bfloat16) if r.bias_dtype == "bf16" else bias
+    full = routing.trtllm_gen_routing(logits, bias, r.method, a, local_expert_offset=0,
+                                      local_num_experts=r.num_experts)
+    shard = full
+    if a["local_expert_offset"] != 0 or a["local_num_experts"] != r.num_experts:
+        shard = routing.trtllm_gen_routing(logits, bias, r.method, a, local_expert_offset=a["local_expert_offset"],
+                                           local_num_experts=a["local_num_experts"])
+    tile, offset = a["tile_tokens_dim"], a["local_expert_offset"]
+    ids = routing.slot_ids(to_numpy(full["expanded_idx_to_permuted_idx"]), to_numpy(full["cta_idx_xy_to_batch_idx"]),
+                           tile, 0)
+    e2p = shard["expanded_idx_to_permuted_idx"]
+    local = routing.slot_ids(to_numpy(e2p), to_numpy(shard["cta_idx_xy_to_batch_idx"]), tile, 0)
+    rows_of = rows_by_expert(to_numpy(e2p), local, device)
+    P, H = a["max_padded"], c.hidden_size
+    n1 = 2 * c.intermediate_size if c.activation == "swiglu" else c.intermediate_size
+    # permute writes every (t, k) without testing for -1: slots outside the shard go to one spare row, cut off
+    e2p_all = torch.where(e2p >= 0, e2p, P).contiguous()
+    w = prepare_weights(inputs, c, device)
+    hidden = to_torch(inputs["hidden"], "bf16", device)
+    if c.quant == "bf16":
+        x = ops.permute(hidden, e2p_all, P + 1)[:P].float()
+        h = expert_gemm(x, lambda e: w["w13"][e + offset], rows_of, n1)
+    else:
+        q, s = quant_fp8(hidden, "mul_rcp_amax")
+        xq, xs = ops.permute(q, e2p_all, P + 1, hidden_states_scale=s.T.contiguous())
+        x = dequant_rows(xq[:P], xs[:, :P].T)
+        h = expert_gemm(x, lambda e: dequant_blocks(w["w13"][e + offset], w["w13_scale"][e + offset]), rows_of, n1)
+    if c.activation == "swiglu":
+        act = ops.activation(h, e2p)
+    else:
+        act = torch.relu(h.float()).square().to(torch.bfloat16)
+    if c.quant == "bf16":
+        y = expert_gemm(act.float(), lambda e: w["w2"][e + offset], rows_of, H)
+    else:
+        aq, as_ = quant_fp8(act, "mul_rcp_scale")
+        y = expert_gemm(dequant_rows(aq, as_), lambda e: dequant_blocks(w["w2"][e + offset], w["w2_scale"][e + offset]),
+                        rows_of, H)
+    out = ops.finalize(y, e2p, expert_weights=shard["topk_weights"])
+    return {"out": to_numpy(out), "ids": ids[:, :r.top_k].astype(np.int32)}

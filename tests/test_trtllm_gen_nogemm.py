@@ -1,0 +1,179 @@
+"""The composed trtllm-gen pipeline adapter on CPU: its refusals, recipes, weight row order, torch quantizers
+and GEMMs, and the whole pipeline wired to CPU stand-ins of the four kernels (the documented math of
+docs/trtllm_gen_dev_kernels.md and a routing stage built from the spec), checked by difftest against the spec."""
+
+import dataclasses
+import importlib.util
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
+                                reason="flashinfer-python not installed")
+torch = pytest.importorskip("torch")
+
+from difftest import check, impl_spec  # noqa: E402
+from difftest.case import Case, MoEConfig, RoutingConfig  # noqa: E402
+from difftest.interface import from_adapter_module  # noqa: E402
+from impls.flashinfer import _trtllm_gen_ops as ops  # noqa: E402
+from impls.flashinfer import trtllm_gen_nogemm as ng  # noqa: E402
+from impls.flashinfer import trtllm_gen_routing as tg  # noqa: E402
+from spec import permutation  # noqa: E402
+from spec.quant import E4M3_VALUES, per_token_group_quant_fp8, weight_block_quant  # noqa: E402
+
+RENORM = RoutingConfig("renormalize", 6, 16, 4)
+DSV3 = RoutingConfig("deepseek_v3", 6, 32, 4, 4, 2, 2.5, eps=tg.EPS, bias_dtype="fp32")
+
+
+def moe(routing=RENORM, **kw):
+    return MoEConfig(**{"routing": routing, "hidden_size": 256, "intermediate_size": 128, **kw})
+
+
+@pytest.mark.parametrize("config, words", [
+    (moe(quant="mxfp8"), "quant='mxfp8'"),
+    (moe(activation="geglu"), "activation 'geglu'"),
+    (moe(intermediate_size=32), "I >= 64"),
+    (moe(quant="fp8_block", hidden_size=192), "multiples of 128"),
+    (moe(rsf_placement="combine"), "rsf_placement"),
+    (moe(router_weight_on_input=True), "router_weight_on_input"),
+    (moe(local_expert_offset=12, local_num_experts=8), "local experts [12, 20)"),
+    (moe(routing=dataclasses.replace(RENORM, method="llama4", top_k=1, num_experts=256)), "llama4"),
+    (moe(routing=dataclasses.replace(DSV3, num_fused_shared_experts=1)), "shared experts"),
+])
+def test_unsupported_names_the_constraint(config, words):
+    assert words in ng.unsupported(config)
+
+
+@pytest.mark.parametrize("config", [moe(), moe(quant="fp8_block"), moe(activation="relu2", intermediate_size=32),
+                                    moe(routing=DSV3, quant="fp8_block", local_expert_offset=8, local_num_experts=8)])
+def test_supported(config):
+    assert ng.unsupported(config) is None
+
+
+def test_recipe_per_quant_path(monkeypatch):
+    bf16, fp8 = ng.recipe_for(moe()), ng.recipe_for(moe(routing=DSV3, quant="fp8_block"))
+    assert (bf16.name, fp8.name) == ("flashinfer_trtllm_gen_nogemm_bf16", "flashinfer_trtllm_gen_nogemm_fp8_block")
+    assert not bf16.requant_intermediate and fp8.requant_variant == "mul_rcp_scale"
+    assert bf16.router_weight_at == fp8.router_weight_at == "combine" and bf16.gemm1_out == "bf16"
+    assert (bf16.sigmoid, bf16.routing_weights) == ("tanh", "bf16")  # the routing recipe's
+    monkeypatch.setenv(tg.AS_BUILT_ENV, "1")
+    assert ng.recipe_for(moe(routing=DSV3, quant="fp8_block")).bias == "bf16"
+    assert ng.recipe_for(moe()).bias == "fp32"  # not grouped: unchanged
+
+
+def test_w13_rows_for_the_activation_kernel():
+    """The kernel gates the SECOND half: spec [gate; up] rows become [up; gate], block scales alike."""
+    w = torch.arange(2 * 4 * 3).reshape(2, 4, 3)
+    swapped = ng.kernel_w13(w, "gate_up", "swiglu")
+    assert torch.equal(swapped[:, :2], w[:, 2:]) and torch.equal(swapped[:, 2:], w[:, :2])
+    assert torch.equal(ng.kernel_w13(w, "up_gate", "swiglu"), w)
+    assert torch.equal(ng.kernel_w13(w, "gate_up", "relu2"), w)
+
+
+@pytest.mark.parametrize("variant", ["mul_rcp_amax", "mul_rcp_scale"])
+def test_quant_fp8_is_the_spec_quantizer(variant):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((5, 384)) * np.exp2(rng.integers(-20, 20, (5, 1)))).astype(np.float32)
+    x[1, 128:256] = 0.0
+    x = torch.from_numpy(x).to(torch.bfloat16)
+    q, s = ng.quant_fp8(x, variant)
+    want_q, want_s = per_token_group_quant_fp8(x.float().numpy(), 128, variant=variant, scale_formula="mul_rcp448")
+    assert np.array_equal(q.view(torch.uint8).numpy(), want_q) and np.array_equal(s.numpy(), want_s)
+
+
+def test_dequant_and_expert_gemm():
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((256, 384)).astype(np.float32)
+    codes, scales = weight_block_quant(w)
+    got = ng.dequant_blocks(torch.from_numpy(codes).view(torch.float8_e4m3fn), torch.from_numpy(scales))
+    exact = E4M3_VALUES[codes].astype(np.float64) * np.repeat(np.repeat(scales, 128, 0), 128, 1).astype(np.float64)
+    assert np.array_equal(got.numpy(), exact)  # codes·scales exactly: float64, no fp32 rounding
+    a = torch.from_numpy(rng.standard_normal((6, 3)))
+    ws = torch.from_numpy(rng.standard_normal((2, 4, 3)))
+    out = ng.expert_gemm(a, lambda e: ws[e], {0: torch.tensor([0, 3]), 1: torch.tensor([5])}, 4)
+    assert torch.equal(out[[1, 2, 4]], torch.zeros(3, 4, dtype=torch.bfloat16))
+    assert torch.equal(out[3], (a[3] @ ws[0].T).float().to(torch.bfloat16))
+    assert torch.equal(out[5], (a[5] @ ws[1].T).float().to(torch.bfloat16))
+
+
+# ---- CPU stand-ins of the kernels, each the documented math, to check the pipeline's wiring against the spec.
+
+def fake_routing(case, inputs):
+    """Routing outputs from the spec (recipe-exact ids and bf16 weights) in the trtllm-gen layout."""
+    res = impl_spec.layer(case, inputs, ng.recipe_for(case.config))
+
+    def launch(logits, bias, method, a, *, local_expert_offset, local_num_experts):
+        local = permutation.local_expert_ids(res.ids, case.config.routing.num_experts, local_expert_offset,
+                                             local_num_experts)
+        tile = a["tile_tokens_dim"]
+        e2p = permutation.expanded_idx_to_permuted_idx(local, local_num_experts, tile)
+        ctas = np.full(a["max_ctas"], -7)
+        lay = permutation.layout(local, local_num_experts, tile)
+        ctas[:len(lay.cta_idx_xy_to_batch_idx)] = lay.cta_idx_xy_to_batch_idx
+        return {"expanded_idx_to_permuted_idx": torch.from_numpy(e2p.astype(np.int32)),
+                "cta_idx_xy_to_batch_idx": torch.from_numpy(ctas.astype(np.int32)),
+                "topk_weights": torch.from_numpy(res.weights.astype(np.float32)).to(torch.bfloat16)}
+    return launch
+
+
+def fake_permute(h, e2p, n, hidden_states_scale=None):
+    out = torch.zeros(n, h.shape[1], dtype=h.dtype)
+    t = torch.arange(e2p.shape[0]).repeat_interleave(e2p.shape[1])
+    out[e2p.reshape(-1).long()] = h[t]
+    if hidden_states_scale is None:
+        return out
+    s = torch.zeros(hidden_states_scale.shape[0], n)
+    s[:, e2p.reshape(-1).long()] = hidden_states_scale[:, t]
+    return out, s
+
+
+def fake_activation(h, e2p):
+    i = h.shape[1] // 2
+    u, g = h[:, :i].float(), h[:, i:].float()
+    out = (g * torch.sigmoid(g) * u).to(h.dtype)
+    mapped = torch.zeros(h.shape[0], dtype=torch.bool)
+    mapped[e2p[e2p >= 0].long()] = True
+    return torch.where(mapped[:, None], out, torch.zeros_like(out))
+
+
+def fake_finalize(y, e2p, expert_weights):
+    acc = torch.zeros(e2p.shape[0], y.shape[1])
+    for k in range(e2p.shape[1]):
+        p = e2p[:, k].long()
+        term = expert_weights[:, k].float()[:, None] * y[p.clamp_min(0)].float()
+        acc += torch.where((p >= 0)[:, None], term, torch.zeros_like(term))
+    return acc.to(y.dtype)
+
+
+@pytest.mark.parametrize("config", [
+    moe(),
+    moe(half_order="up_gate"),
+    moe(activation="relu2"),
+    moe(routing=DSV3, quant="fp8_block", intermediate_size=256),
+    moe(routing=DSV3, quant="fp8_block", local_expert_offset=8, local_num_experts=16),
+    moe(local_expert_offset=4, local_num_experts=8),
+])
+def test_pipeline_with_cpu_kernels_matches_the_spec(config, monkeypatch):
+    case = Case("moe", config, seed=3)
+    impl = from_adapter_module(ng)
+    impl = impl._replace(run=lambda case, inputs: _run_on_cpu(case, inputs, monkeypatch))
+    result = check.run_case(impl, case)
+    assert result.status == "pass", result.message
+
+
+def _run_on_cpu(case, inputs, monkeypatch):
+    from difftest.interface import with_stacked_weights
+
+    monkeypatch.setattr(tg, "trtllm_gen_routing", fake_routing(case, inputs))
+    for name, fake in (("permute", fake_permute), ("activation", fake_activation), ("finalize", fake_finalize)):
+        monkeypatch.setattr(ops, name, fake)
+    return ng.run(case.config, with_stacked_weights(case, inputs), device="cpu")
+
+
+def test_pipeline_check_can_fail(monkeypatch):
+    """The wiring test catches a gate/up mix-up: the activation gating the first half fails against the spec."""
+    monkeypatch.setattr(ng, "kernel_w13", lambda w, half_order, activation: w)
+    monkeypatch.setattr(ng, "_prepared", [])  # not the previous test's correctly prepared weights
+    case = Case("moe", moe(), seed=3)
+    impl = from_adapter_module(ng)._replace(run=lambda case, inputs: _run_on_cpu(case, inputs, monkeypatch))
+    assert check.run_case(impl, case).status == "fail"
