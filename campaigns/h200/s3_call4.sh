@@ -15,17 +15,17 @@ DECLARED=$!
 DIFFTEST_TRTLLM_GEN_AS_BUILT=1 timeout 230 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_routing \
   --model trtllm-gen-routing --time-budget 200 --workers 6 --seed 22 --out /tmp/tg_asbuilt > /tmp/tg_asbuilt.log 2>&1 &
 ASBUILT=$!
-DIFFTEST_TRTLLM_GEN_AS_BUILT=1 timeout 120 python3 campaigns/h200/trtllm_routing_paths.py /tmp > /tmp/paths.log 2>&1
+DIFFTEST_TRTLLM_GEN_AS_BUILT=1 timeout 90 python3 campaigns/h200/trtllm_routing_paths.py /tmp > /tmp/paths.log 2>&1
 tail -n 12 /tmp/paths.jsonl; cp /tmp/paths.jsonl $O/paths4.jsonl
 if [ -f campaigns/h200/trtllm_gen_nogemm_smoke.py ]; then
-  timeout 150 python3 campaigns/h200/trtllm_gen_nogemm_smoke.py /tmp/nogemm > /tmp/nogemm.log 2>&1; echo nogemm rc=$?
+  timeout 100 python3 campaigns/h200/trtllm_gen_nogemm_smoke.py /tmp/nogemm > /tmp/nogemm.log 2>&1; echo nogemm rc=$?
   tail -n 30 /tmp/nogemm.log
 fi
 export DIFFTEST_TRTLLM_GEN_AS_BUILT=1
-timeout 120 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_nogemm --model nemotron-h --op moe --time-budget 80 \
+timeout 100 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_nogemm --model nemotron-h --op moe --time-budget 70 \
   --workers 3 --seed 23 --out /tmp/nogemm_nemotron > /tmp/nogemm_nemotron.log 2>&1 &
 NEMO=$!
-timeout 120 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_nogemm --model deepseek-v3 --op moe --time-budget 80 \
+timeout 100 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_nogemm --model deepseek-v3 --op moe --time-budget 70 \
   --workers 3 --seed 24 --out /tmp/nogemm_dsv3 > /tmp/nogemm_dsv3.log 2>&1
 wait $NEMO; for f in /tmp/nogemm_nemotron.log /tmp/nogemm_dsv3.log; do tail -n 3 $f; done
 wait $DECLARED $ASBUILT
