@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -114,6 +115,18 @@ class CellResult(NamedTuple):
     examples: int
     finding: str | None  # the shrunk failure's message (with the replay line), or None
     fixture: str | None  # path of the fixture written for it
+    compared: int = 0  # examples that ran and were compared (every status but skip)
+    skips: Counter | None = None  # skip reason -> examples
+
+    def skipped_all(self):
+        """Why the cell compared nothing (the skip reasons with their counts); "" if it compared an example."""
+        if self.compared:
+            return ""
+        if not self.skips:
+            return f"no example ran ({self.examples} examples)"
+        reasons = "; ".join(f"{reason} ({n})" for reason, n in self.skips.most_common(3))
+        more = len(self.skips) - 3
+        return f"all {self.examples} examples skipped: {reasons}" + (f"; {more} more reasons" if more > 0 else "")
 
 
 def slices(op):
@@ -194,7 +207,7 @@ def fuzz_cell(
     ``runners`` (a Runners) supplies the isolated worker of a may_crash implementation (default: one for this
     cell); ``stop`` (an Event) set raises Interrupted at the next example; ``weight_seed`` fixes the expert
     weights of every moe case (presets.weight_seed)."""
-    state = {"examples": 0, "last_failure": None, "first_crash": None}
+    state = {"examples": 0, "compared": 0, "skips": Counter(), "last_failure": None, "first_crash": None}
     own = runners is None
     runners = Runners(_worker_dir(fixtures_root)) if own else runners
     provenance = provenance or f"difftest fuzz, op {op}"
@@ -214,8 +227,10 @@ def fuzz_cell(
         if record is not None:
             record(case_row(impl.name, case, result, recipe_name(impl, case), kind))
         if result.status == "skip":
+            state["skips"][result.message] += 1
             event(f"skip: {result.message.split(':')[0]}")
             return
+        state["compared"] += 1
         if result.ratio < float("inf"):
             target(result.ratio, label="error/bound")
         if kind is None:
@@ -241,11 +256,12 @@ def fuzz_cell(
         case, result, kind, crash = state["last_failure"]  # Hypothesis replays the shrunk example last
         path = save(case, result, kind, crash)
         message = result.message + ("\n" + REPLAY.format(path=path) if path else f"\ncase: {case.to_json()}")
-        return CellResult(state["examples"], message, None if path is None else str(path))
+        return CellResult(state["examples"], message, None if path is None else str(path), state["compared"],
+                          state["skips"])
     finally:
         if own:
             runners.close()
-    return CellResult(state["examples"], None, None)
+    return CellResult(state["examples"], None, None, state["compared"], state["skips"])
 
 
 def recover_pending(workdir, fixtures_root):

@@ -133,6 +133,26 @@ def _row(line):
     return row if isinstance(row, dict) and {"op", "status", "message", "ratio", "case"} <= set(row) else None
 
 
+def this_run(out):
+    """(cases, compared, Counter of skip reasons) of the rows in the workers' cases-*.jsonl, before the merge:
+    this run's alone, whatever earlier runs left in cases.jsonl."""
+    cases, skips = 0, Counter()
+    for p in out.glob("cases-*.jsonl"):
+        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+            cases += 1
+            skips.update([row["message"]] if row["status"] == "skip" else [])
+    return cases, cases - sum(skips.values()), skips
+
+
+def nothing_compared(cases, skips, limit):
+    """The one-line reason a campaign compared no case (exit 2); limit: what ended it."""
+    if cases:
+        top = "; ".join(f"{reason} ({n})" for reason, n in skips.most_common(2))
+        more = f"; {len(skips) - 2} more reasons" if len(skips) > 2 else ""
+        return f"fuzz compared no case: all {cases} cases were skipped: {top}{more}"
+    return f"fuzz compared no case: none ran ({limit})"
+
+
 def summarize(out):
     """Merge cases-*.jsonl into cases.jsonl (after the rows of earlier runs into the same directory; torn
     lines dropped and counted) and count (format: difftest/rundir.md). The merged file replaces the old one
@@ -310,6 +330,7 @@ def run_campaign(args, out):
             signal.signal(sig, handler)
     errors = [e for _, e in results.values() if e]
     findings = _findings([f for fs, _ in results.values() for f in fs], out)
+    ran, compared, skips = this_run(out)
     summary = summarize(out)
     summary.update(
         {
@@ -322,6 +343,7 @@ def run_campaign(args, out):
             "findings": findings,
             "worker_errors": errors,
             "interrupted": received[0] if received else None,
+            "compared": compared,
         }
     )
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -336,6 +358,10 @@ def run_campaign(args, out):
     print(report.maybe_render(out))
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
+    if not findings and not compared:  # a campaign that compared nothing is no clean run
+        limit = (f"stopped by {received[0]}" if received else f"--time-budget {budget:g} s"
+                 if args.max_examples is None else f"--max-examples {args.max_examples}")
+        raise UsageError(nothing_compared(ran, skips, limit))
     return 1 if findings else 0
 
 
@@ -348,7 +374,10 @@ def _fixture_paths(paths):
         if (p / "case.json").is_file() or p.name == "case.json":
             out.append(p)
         elif p.is_dir():
-            out.extend(fixtures.discover(p))
+            found = fixtures.discover(p)
+            if not found:  # replaying nothing is no pass
+                raise UsageError(f"no fixtures found in {p}")
+            out.extend(found)
         else:
             raise UsageError(f"{p}: not a fixture directory or a directory of fixtures")
     return out

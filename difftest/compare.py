@@ -42,7 +42,7 @@ class Verdict(NamedTuple):
     ok: bool
     ratio: float  # max |error| / bound over the compared elements (0: exact)
     message: str  # "" when ok
-    excluded: int = 0  # tokens not compared (routing not robust and ids not exposed)
+    excluded: int = 0  # tokens not compared: routing not robust and ids not exposed, or weights unbounded
     near_ties: int = 0  # tokens decided by the tie-aware validity check
 
 
@@ -54,12 +54,23 @@ def fmt_index(idx):
 
 
 def elementwise(name, got, want, bound, tag):
-    """|got - want| <= bound everywhere (NaN only where both are NaN, equal infinities equal)."""
+    """|got - want| <= bound everywhere (NaN only where both are NaN, equal infinities equal). Where the values
+    differ, a bound that is not a finite number >= 0 fails: an infinite bound would pass anything, so it
+    compares nothing. Callers exclude (and count) the elements a derivation cannot bound before calling."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     if got.shape != want.shape:
         return Verdict(False, np.inf, f"{name} has shape {got.shape} but spec has {want.shape} [{tag}]")
     bound = np.broadcast_to(np.asarray(bound, np.float64), want.shape)
     same = (got == want) | (np.isnan(got) & np.isnan(want))
+    unbounded = np.argwhere(~same & ~(np.isfinite(bound) & (bound >= 0)))
+    if unbounded.size:
+        at = tuple(unbounded[0])
+        return Verdict(
+            False,
+            np.inf,
+            f"{name}{fmt_index(at)}={got[at]:.6g} but spec={want[at]:.6g}: the derived bound is {bound[at]}, "
+            f"not a finite number >= 0, so it compares nothing ({len(unbounded)} such elements) [{tag}]",
+        )
     with np.errstate(invalid="ignore", divide="ignore"):
         err = np.where(same, 0.0, np.abs(got - want))
         ratio = np.where(same, 0.0, np.where(bound > 0, err / bound, np.inf))
@@ -76,6 +87,15 @@ def elementwise(name, got, want, bound, tag):
         f"{name}{fmt_index(worst)}={got[worst]:.6g} but spec={want[worst]:.6g}: "
         f"|diff| {err[worst]:.2g} > bound {bound[worst]:.2g} ({r:.3g}x) [{tag}]",
     )
+
+
+def bounded_rows(name, got, want, bound, tag):
+    """elementwise over the rows [T, k] whose bound is finite. A row where the derivation bounds nothing (+inf:
+    bounds.routing_weights' tanh.approx term over a score sum that may vanish) is excluded and counted in
+    Verdict.excluded; a NaN bound is no such signal and still fails in elementwise."""
+    rows = ~np.isposinf(bound).any(axis=-1, keepdims=True)
+    v = elementwise(name, np.where(rows, got, 0), np.where(rows, want, 0), np.where(rows, bound, 0), tag)
+    return v._replace(excluded=v.excluded + int((~rows).sum()))
 
 
 def worst(*verdicts):
@@ -373,7 +393,7 @@ def compare_routing(case, inputs, out, recipe, tag):
     absolute, degenerate = underflow_term(c, sub, ids_s, recipe)
     absolute = np.where(degenerate[:, None], 0.0, 2 * absolute)
     bound = weight_bound(c, recipe, w_s, inputs=sub, ids=ids_s) + absolute
-    verdicts = [v, elementwise("weights(by id)", w_i, w_s, bound, tag)]
+    verdicts = [v, bounded_rows("weights(by id)", w_i, w_s, bound, tag)]
     differ = np.flatnonzero(~same)
     if differ.size:  # near ties decided differently: weights against the float64 ideal at the own ids
         own = ids[differ, :k].astype(np.int64)
@@ -382,7 +402,7 @@ def compare_routing(case, inputs, out, recipe, tag):
         absolute, degenerate = underflow_term(c, sub, own, recipe)
         sane = ~degenerate[:, None]
         verdicts.append(
-            elementwise(
+            bounded_rows(
                 f"weights(near-tie tokens {differ.tolist()[:4]}, vs ideal at own ids)",
                 np.where(sane, w[differ, :k], 0),
                 np.where(sane, ideal, 0),
@@ -397,7 +417,7 @@ def compare_routing(case, inputs, out, recipe, tag):
             want = at_own.weights[:, :k]
             ulp = as_format((recipe or impl_spec.DEFAULT).routing_weights).min_subnormal
             verdicts.append(
-                elementwise(
+                bounded_rows(
                     f"weights(degenerate near-tie tokens {t.tolist()[:4]}, vs recipe at own ids)",
                     w[t, :k],
                     want,

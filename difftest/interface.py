@@ -82,8 +82,18 @@ def _import_file(path):
         spec = importlib.util.spec_from_file_location(name, p)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # a syntax error or a raise at import: the plug-in's fault, one line
+            del sys.modules[name]
+            raise ImplError(f"cannot import {path}: {_one_line(e)}") from None
     return sys.modules[name]
+
+
+def _one_line(e):
+    """SyntaxError: invalid syntax (plugin.py, line 3); ImportError: its message; others: Type: message."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return text if isinstance(e, ImportError) else f"{type(e).__name__}: {text}"
 
 
 def flashinfer_names():
@@ -152,10 +162,13 @@ def load(ref):
             "and not module:NAME or file.py:NAME"
         )
     where, attr = ref_to_load.rsplit(":", 1)
-    try:
-        module = _import_file(where) if where.endswith(".py") else importlib.import_module(where)
-    except ImportError as e:
-        raise ImplError(f"cannot import {where}: {e}") from None
+    if where.endswith(".py"):
+        module = _import_file(where)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except Exception as e:  # ImportError, or the module's own SyntaxError / raise at import
+            raise ImplError(f"cannot import {where}: {_one_line(e)}") from None
     if not hasattr(module, attr):
         raise ImplError(f"{where} has no attribute {attr!r}")
     return check_protocol(getattr(module, attr), ref)

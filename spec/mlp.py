@@ -20,8 +20,9 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def sigmoid(x):
-    """σ(x) = 1/(1 + e^-x), as exp(-log(1 + e^-x)): no overflow for any finite x."""
-    return np.exp(-np.logaddexp(0.0, -np.asarray(x, np.float64)))
+    """σ(x) = 1/(1 + e^-x), as exp(-log(1 + e^-x)): no overflow for any finite x; NaN stays NaN."""
+    with np.errstate(invalid="ignore"):  # numpy's logaddexp flags a NaN operand, which simply propagates
+        return np.exp(-np.logaddexp(0.0, -np.asarray(x, np.float64)))
 
 
 def silu(x):

@@ -29,6 +29,25 @@ def test_elementwise_nan_only_where_spec_is_nan():
     assert not compare.elementwise("w", [np.nan, 1.0], [0.5, 1.0], [1.0, 1.0], "t").ok
 
 
+@pytest.mark.parametrize("bad", [np.inf, np.nan, -1.0])
+def test_elementwise_fails_a_bound_that_is_not_a_finite_number(bad):
+    """A bound of inf would pass any difference: where the values differ it fails, whatever the difference."""
+    bound = np.array([1e-3, bad, 1e-3])
+    v = compare.elementwise("out", [0.0, 1.0 + 1e-9, 2.0], [0.0, 1.0, 2.0], bound, "t")
+    assert not v.ok and v.ratio == np.inf
+    assert v.message == (f"out[1]=1 but spec=1: the derived bound is {bad}, not a finite number >= 0, so it "
+                         f"compares nothing (1 such elements) [t]")
+    assert compare.elementwise("out", [0.0, 1.0, 2.0], [0.0, 1.0, 2.0], bound, "t").ok  # equal: compared exactly
+
+
+def test_bounded_rows_excludes_and_counts_rows_the_derivation_cannot_bound():
+    got, want = np.array([[0.5, 0.25], [0.1, 0.9], [0.3, 0.3]]), np.array([[0.5, 0.25], [0.2, 0.8], [0.3, 0.3]])
+    bound = np.array([[1e-6, 1e-6], [np.inf, 1e-6], [1e-6, 1e-6]])
+    v = compare.bounded_rows("w", got, want, bound, "t")
+    assert v.ok and v.excluded == 1
+    assert not compare.bounded_rows("w", got, want, np.where(np.isinf(bound), np.nan, bound), "t").ok
+
+
 def _reversed_ties(case, inputs):
     """Routing that breaks ties toward the higher expert id (a valid kernel choice): flip, route, map back."""
     c = case.config

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from within import assert_within
 
 from spec import bounds, mlp, quant
 from spec.layer import LayerResult, StackedWeights, moe_layer
@@ -111,8 +112,7 @@ def test_top1_weight1_is_one_expert_mlp(quant_path, activation):
             ideal.out[t], mlp.expert_mlp(x[t : t + 1], v13[e], v2[e], activation)[0], rtol=1e-5, atol=1e-6
         )
     exact = moe_layer(x, logits, None, weights, **kw, recipe=PLAIN)
-    gap = np.abs(exact.out - ideal.out)
-    assert np.all(gap <= bounds.bound_vs_ideal(exact, PLAIN)), f"max gap {gap.max()}"
+    assert_within("recipe-exact out vs ideal", exact.out, ideal.out, bounds.bound_vs_ideal(exact, PLAIN))
 
 
 @pytest.mark.parametrize("quant_path", PATHS)
@@ -161,7 +161,8 @@ def test_expert_parallel_shards_sum_to_the_full_layer(seed, offset, rsf):
         for e, w in zip(full.ids[t], full.weights[t], strict=True)
     ]
     magnitude = np.array(terms).reshape(len(x), 3, -1).sum(axis=1)
-    assert np.all(np.abs(parts[0].out + parts[1].out - full.out) <= bounds.gamma(5, bounds.U64) * magnitude)
+    assert_within("out (two shards vs whole)", parts[0].out + parts[1].out, full.out,
+                  bounds.gamma(5, bounds.U64) * magnitude)
     assert np.all(parts[0].out[~np.isin(full.ids, np.arange(offset)).any(axis=1)] == 0)
 
 
@@ -300,4 +301,4 @@ def test_deepseek_v3_shaped_fp8_layer():
         f"peak RSS {rss:.2f} GiB"
     )
     assert isinstance(exact, LayerResult) and np.isfinite(exact.out).all()
-    assert np.all(np.abs(exact.out - ideal.out) <= bounds.bound_vs_ideal(exact, R))
+    assert_within("recipe-exact out vs ideal", exact.out, ideal.out, bounds.bound_vs_ideal(exact, R))

@@ -6,8 +6,10 @@ Oracle disagreements, each pinned by a test below:
 * NaN payloads differ (torch writes bf16 NaN as 0xffff whatever the sign, e5m2 NaN as 0x7f; ml_dtypes and
   the spec write the canonical quiet NaN with the input's sign). Only NaN-ness (and the sign, against
   ml_dtypes) is compared.
-* ml_dtypes and torch round float64 inputs through float32 first (double rounding) for bf16, the fp8
-  formats and e2m1 (torch for fp16 too); the spec rounds once, as the brute-force oracle does.
+* float64 inputs: the spec rounds once, as the brute-force oracle does. How the oracles round them depends on
+  their version: ml_dtypes up to 0.6.0 goes through float32 first (double rounding) for bf16, the fp8
+  formats and e2m1, 0.7.0 rounds once; torch 2.13.0 goes through float32 for every narrow format, fp16 too.
+  Those tests check the installed version against that list.
 * e2m1 has no NaN: ml_dtypes maps NaN to a zero of the opposite sign (code 0x8 for +NaN); the spec copies it.
 """
 
@@ -305,25 +307,63 @@ def test_hand_derived_cases():
 
 # --- float64 inputs: one rounding -----------------------------------------------------------------------
 
-def test_float64_rounds_once_where_the_oracles_round_twice():
-    # Each x sits 2^-40 (or 2^-30) off a midpoint; float32 rounds it onto the midpoint, and the tie then
-    # goes the wrong way.
-    cases = {"bf16": ([1 + 2.0**-8 + 2.0**-40, 1 + 2.0**-7 + 2.0**-8 - 2.0**-40], [1 + 2.0**-7, 1 + 2.0**-7]),
-             "e4m3fn": ([1 + 2.0**-4 + 2.0**-30, 1 + 2.0**-3 + 2.0**-4 - 2.0**-30], [1.125, 1.125]),
-             "e5m2": ([1 + 2.0**-3 + 2.0**-30, 1 + 2.0**-2 + 2.0**-3 - 2.0**-30], [1.25, 1.25]),
-             "e2m1": ([2.5 + 2.0**-30, 0.75 + 2.0**-40], [3.0, 1.0]),
-             "fp16": ([1 + 2.0**-11 + 2.0**-40], [1 + 2.0**-10])}
-    for name, (x, expected) in cases.items():
-        x = np.array(x)
-        np.testing.assert_array_equal(round_to(x, name), np.float32(expected), err_msg=name)
-        np.testing.assert_array_equal(round_to(x, name), nearest_even(x, FORMATS[name], False), err_msg=name)
-        # ml_dtypes rounds float64 through float32 (numpy's float16 cast rounds once); torch always does.
-        if name != "fp16":
-            np.testing.assert_array_equal(ml_codes(x, name), encode(x.astype(np.float32), name), err_msg=name)
-        if name in TORCH:
-            np.testing.assert_array_equal(torch_codes(x, name), encode(x.astype(np.float32), name),
-                                          err_msg=name)
+# Each x sits 2^-40 (or 2^-30) off a midpoint of the format; float32 rounds it onto the midpoint, and the tie
+# then goes the other way. Expected values derived by hand: the nearer neighbour, once.
+FLOAT64_NEAR_MIDPOINTS = {
+    "bf16": ([1 + 2.0**-8 + 2.0**-40, 1 + 2.0**-7 + 2.0**-8 - 2.0**-40], [1 + 2.0**-7, 1 + 2.0**-7]),
+    "e4m3fn": ([1 + 2.0**-4 + 2.0**-30, 1 + 2.0**-3 + 2.0**-4 - 2.0**-30], [1.125, 1.125]),
+    "e5m2": ([1 + 2.0**-3 + 2.0**-30, 1 + 2.0**-2 + 2.0**-3 - 2.0**-30], [1.25, 1.25]),
+    "e2m1": ([2.5 + 2.0**-30, 0.75 + 2.0**-40], [3.0, 1.0]),
+    "fp16": ([1 + 2.0**-11 + 2.0**-40], [1 + 2.0**-10]),
+}
+# How each oracle casts float64 to a narrow format, by version: "once", or "twice" (through float32).
+# Measured with the FLOAT64_NEAR_MIDPOINTS inputs (bf16 codes: twice [16256, 16258], once [16257, 16257]).
+# numpy's own float64 -> float16 cast rounds once in every version.
+ML_DTYPES_FLOAT64_CAST = {(0, 5): "twice", (0, 6): "twice", (0, 7): "once"}
+TORCH_FLOAT64_CAST = {(2, 13): "twice"}
+
+
+def version_of(module):
+    return tuple(int(part) for part in module.__version__.split("+")[0].split(".")[:2])
+
+
+def expected_oracle_codes(x, name, rounding):
+    return encode(x, name) if rounding == "once" else encode(x.astype(np.float32), name)
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_NEAR_MIDPOINTS))
+def test_float64_rounds_once(name):
+    x, expected = (np.array(v) for v in FLOAT64_NEAR_MIDPOINTS[name])
+    np.testing.assert_array_equal(round_to(x, name), np.float32(expected))
+    np.testing.assert_array_equal(round_to(x, name), nearest_even(x, FORMATS[name], False))
+    assert (round_to(x, name) != round_to(x.astype(np.float32), name)).any(), "the inputs must tell once from twice"
+
+
+def test_float64_to_fp32_rounds_once():
     assert round_to(1 + 2.0**-24 + 2.0**-50, "fp32") == np.float32(1 + 2.0**-23)
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_NEAR_MIDPOINTS))
+def test_ml_dtypes_float64_cast_as_measured_for_its_version(name):
+    version = version_of(ml_dtypes)
+    x = np.array(FLOAT64_NEAR_MIDPOINTS[name][0])
+    rounding = "once" if name == "fp16" else ML_DTYPES_FLOAT64_CAST.get(version)
+    if rounding is None:
+        pytest.fail(f"ml_dtypes {ml_dtypes.__version__}: float64 cast not measured for this version; "
+                    f"measure it and add it to ML_DTYPES_FLOAT64_CAST")
+    np.testing.assert_array_equal(ml_codes(x, name), expected_oracle_codes(x, name, rounding),
+                                  err_msg=f"{name}, ml_dtypes {ml_dtypes.__version__} expected to round {rounding}")
+
+
+@pytest.mark.parametrize("name", sorted(set(FLOAT64_NEAR_MIDPOINTS) & set(TORCH)))
+def test_torch_float64_cast_as_measured_for_its_version(name):
+    rounding = TORCH_FLOAT64_CAST.get(version_of(torch))
+    if rounding is None:
+        pytest.fail(f"torch {torch.__version__}: float64 cast not measured for this version; "
+                    f"measure it and add it to TORCH_FLOAT64_CAST")
+    x = np.array(FLOAT64_NEAR_MIDPOINTS[name][0])
+    np.testing.assert_array_equal(torch_codes(x, name), expected_oracle_codes(x, name, rounding),
+                                  err_msg=f"{name}, torch {torch.__version__} expected to round {rounding}")
 
 
 @st.composite

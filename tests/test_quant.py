@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from within import assert_within
 
 from spec.bounds import accumulation
 from spec.numerics import E2M1, E4M3FN, E8M0, decode, round_to
@@ -156,8 +157,7 @@ def test_quantization_error_bound(x, exponent, variant, scale_formula, scale_fmt
     x64 = x.astype(np.float64)
     per_element_s = np.repeat(s.astype(np.float64), 16, axis=-1)
     bound = np.maximum(np.abs(x64) * 2.0**-4, per_element_s * 2.0**-10) * (1 + 1.001 * n * 2.0**-20)
-    err = np.abs(dequant_groups(q, s, 16) - x64)
-    assert np.all(err <= bound), f"max err/bound {np.max(err / bound)}"
+    assert_within("dequantized", dequant_groups(q, s, 16), x64, bound)
 
 
 @given(seed=st.integers(0, 2**32 - 1), variant=st.sampled_from(QUANT_VARIANTS),
@@ -276,7 +276,7 @@ def test_weight_dequant_is_one_fp32_multiply_and_bounded(seed, n, k, experts):
     exact = decode(q, E4M3FN).astype(np.float64) * tile_s
     np.testing.assert_array_equal(weight_dequant(q, s), exact.astype(np.float32))
     bound = np.maximum(np.abs(w) * 2.0**-4, tile_s * 2.0**-10) * (1 + 2.0**-20)
-    assert np.all(np.abs(exact - w) <= bound)
+    assert_within("dequantized weight", exact, w, bound)
     q0, s0 = weight_block_quant(w[0])
     np.testing.assert_array_equal(q0, q[0])
     np.testing.assert_array_equal(s0, s[0])

@@ -50,14 +50,14 @@ def difftest(*args, timeout=240, **kw):
 
 def start(*args, out):
     """A campaign in its own process group, so that a signal reaches it and its workers as a Ctrl-C would."""
-    log = open(out.parent / f"{out.name}.log", "w")
-    return subprocess.Popen(
-        [sys.executable, "-m", "difftest", *args, "--out", str(out)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(out.parent / f"{out.name}.log", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "difftest", *args, "--out", str(out)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def loadable(out):

@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from within import assert_within
 
 from impls.torch_eager import (
     RECIPE,
@@ -321,11 +322,10 @@ def test_weight_block_quant_partial_blocks():
     assert q.shape == w.shape and s.shape == (2, 2, 3)
     wf = w.float().numpy()
     assert s[1, 1, 2].item() == np.float32(np.abs(wf[1, 128:, 256:]).max()) / np.float32(448)
-    err = (weight_dequant(q, s) - w.float()).abs()
     s_full = s.repeat_interleave(128, 1).repeat_interleave(128, 2)[:, :130, :260]
     # e4m3 RNE: half a quantum, 2^-4 relative for normals, 2^-10 * s in the subnormal range (+ fp32 rounding)
     bound = torch.maximum(w.float().abs() * 2 ** -4, s_full * 2 ** -10) * (1 + 2 ** -20)
-    assert (err <= bound).all()
+    assert_within("dequantized weight", weight_dequant(q, s).double(), w.double(), bound.double())
 
 
 def test_mxfp8_rules_by_hand():
@@ -471,8 +471,7 @@ def test_layer_swiglu_within_derived_bound_of_float64(device):
     res = moe_layer(x.to(device), logits.to(device), None, {"w13": w13.to(device), "w2": w2.to(device)},
                     routing=routing, activation="swiglu")
     ideal, bound = swiglu_bound(x, w13, w2, res.ids.cpu(), res.weights.cpu())
-    diff = (res.out.cpu().double() - ideal).abs()
-    assert (diff <= bound).all(), f"max excess {(diff / bound).max().item():.3f}x bound"
+    assert_within("out vs float64", res.out.cpu().double(), ideal, bound)
     swapped = moe_layer(x, logits, None, {"w13": w13[:, torch.cat([torch.arange(I, 2 * I), torch.arange(I)])],
                                           "w2": w2}, routing=routing, activation="swiglu")
     assert ((swapped.out.double() - ideal).abs() > bound).any()  # a gate/up swap is outside the bound
@@ -511,7 +510,7 @@ def test_layer_expert_parallel_shards_sum_to_full(quant):
     total = sum(shards)
     # each output is one bf16 rounding of an fp32 sum of the same per-expert bf16 terms
     bound = U_BF16 * (full.abs() + sum(s.abs() for s in shards)) * (1 + 2 ** -6)
-    assert ((total - full).abs() <= bound).all()
+    assert_within("out (shards summed vs whole)", total, full, bound)
     assert not torch.equal(shards[0], full)
 
 
@@ -634,4 +633,4 @@ def test_layer_deepseek_v3_size_reads_only_routed_experts():
     halves = [moe_layer(x, logits, bias, source, local_expert_offset=o, local_num_experts=128, **kw)
               .out.double() for o in (0, 128)]
     bound = U_BF16 * (res.out.double().abs() + halves[0].abs() + halves[1].abs()) * (1 + 2 ** -6)
-    assert ((halves[0] + halves[1] - res.out.double()).abs() <= bound).all()
+    assert_within("out (halves summed vs whole)", halves[0] + halves[1], res.out.double(), bound)
