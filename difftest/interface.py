@@ -110,12 +110,13 @@ def flashinfer_names():
 def from_adapter_module(module):
     """An Impl from an impls/flashinfer module (NAME, OP, DETERMINISTIC, RECIPE, available(),
     unsupported(config), run(config, inputs)): the adapters take the case's config, not the case. A module
-    whose recipe depends on the configuration defines ``recipe_for(config)`` instead of naming one RECIPE."""
+    whose recipe depends on the configuration defines ``recipe_for(config)``, returning a recipe name (impls/ never
+    imports spec/), instead of naming one RECIPE."""
     from spec.recipes import NAMED
 
     fixed = NAMED.get(getattr(module, "RECIPE", None))
     per_config = getattr(module, "recipe_for", None)
-    recipe = (lambda case: per_config(case.config)) if per_config else (lambda case: fixed)
+    recipe = (lambda case: NAMED[per_config(case.config)]) if per_config else (lambda case: fixed)
     return Impl(
         name=module.NAME,
         version=_flashinfer_version(),

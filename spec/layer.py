@@ -350,6 +350,27 @@ def _route(logits, bias, routing, rsf_placement, recipe, ids):
     return r
 
 
+def _routing_rsf(routing, rsf_placement):
+    """The routed scaling factor inside the routing weights (1 when the combine applies it)."""
+    rsf = routing.get("routed_scaling_factor")
+    return 1.0 if rsf is None or rsf_placement != "routing" else rsf
+
+
+def _tanh_score_sum(logits, routing, ids, R):
+    """Σ of the exact selected sigmoids + eps [T, 1] where a "tanh" recipe's weights are renormalized sigmoids
+    (deepseek_v3 and sigmoid_renorm with renormalize, minimax2), for bounds.routing_weights' absolute
+    tanh.approx term; None elsewhere (that term then assumes unrenormalized weights)."""
+    method = routing["method"]
+    renormalized = method == "minimax2" or method in ("deepseek_v3", "sigmoid_renorm") and routing.get(
+        "renormalize", True)
+    if R.sigmoid != "tanh" or not renormalized:
+        return None
+    x = np.take_along_axis(np.asarray(logits, np.float64), np.asarray(ids, np.int64), axis=1)
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-x))
+    return s.sum(axis=1, keepdims=True) + routing.get("eps", 0.0)
+
+
 def moe_layer(
     hidden,
     logits,
@@ -417,7 +438,8 @@ def moe_layer(
     unrounded = None
     if tracked and R.routing_weights != "fp32":  # the same routing before its write: the rounding rule applies
         unrounded = _route(logits, bias, routing, rsf_placement, R.but(routing_weights="fp32"), ids).weights[:, :k]
-    ew = tracked and bounds.routing_weights(r.weights, R, E, k, unrounded=unrounded)
+    ew = tracked and bounds.routing_weights(r.weights, R, E, k, _tanh_score_sum(logits, routing, r.ids[:, :k], R),
+                                            _routing_rsf(routing, rsf_placement), unrounded=unrounded)
     c = _Config(activation, half_order, quant, router_weight_on_input, R, accumulate)
     total, total_abs = np.zeros((T, H)), np.zeros((T, H))
     err = tracked and bounds.zero((T, H))

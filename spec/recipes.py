@@ -184,13 +184,6 @@ TRTLLM_GEN_NOGEMM_AS_BUILT = tuple(r.but(name=r.name + "_grouped_as_built", bias
                                    for r in (TRTLLM_GEN_NOGEMM_BF16, TRTLLM_GEN_NOGEMM_FP8_BLOCK))
 
 
-def trtllm_gen_routing(method, n_group, as_built=False):
-    """The trtllm-gen routing recipe of a case: the declared semantics, or with ``as_built`` the grouped
-    DeepSeekV3 kernel's bf16 bias (runner.cu:65, 159: deepseek_v3 with n_group > 1 runs routingDeepSeek)."""
-    grouped = method == "deepseek_v3" and n_group > 1
-    return TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT if as_built and grouped else TRTLLM_GEN_ROUTING
-
-
 # SGLang Triton FP8 block path (sem §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
 # bf16 intermediate caches, router weight in GEMM2's fp32 epilogue, fp32 moe_sum_reduce.
 SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_variant="mul_rcp_amax",

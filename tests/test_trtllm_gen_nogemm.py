@@ -8,6 +8,8 @@ import importlib.util
 import numpy as np
 import pytest
 
+from spec.recipes import NAMED
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
                                 reason="flashinfer-python not installed")
 torch = pytest.importorskip("torch")
@@ -51,14 +53,14 @@ def test_supported(config):
 
 
 def test_recipe_per_quant_path(monkeypatch):
-    bf16, fp8 = ng.recipe_for(moe()), ng.recipe_for(moe(routing=DSV3, quant="fp8_block"))
+    bf16, fp8 = NAMED[ng.recipe_for(moe())], NAMED[ng.recipe_for(moe(routing=DSV3, quant="fp8_block"))]
     assert (bf16.name, fp8.name) == ("flashinfer_trtllm_gen_nogemm_bf16", "flashinfer_trtllm_gen_nogemm_fp8_block")
     assert not bf16.requant_intermediate and fp8.requant_variant == "mul_rcp_scale"
     assert bf16.router_weight_at == fp8.router_weight_at == "combine" and bf16.gemm1_out == "bf16"
     assert (bf16.sigmoid, bf16.routing_weights) == ("tanh", "bf16")  # the routing recipe's
     monkeypatch.setenv(tg.AS_BUILT_ENV, "1")
-    assert ng.recipe_for(moe(routing=DSV3, quant="fp8_block")).bias == "bf16"
-    assert ng.recipe_for(moe()).bias == "fp32"  # not grouped: unchanged
+    assert NAMED[ng.recipe_for(moe(routing=DSV3, quant="fp8_block"))].bias == "bf16"
+    assert NAMED[ng.recipe_for(moe())].bias == "fp32"  # not grouped: unchanged
 
 
 def test_w13_rows_for_the_activation_kernel():
@@ -100,7 +102,7 @@ def test_dequant_and_expert_gemm():
 
 def fake_routing(case, inputs):
     """Routing outputs from the spec (recipe-exact ids and bf16 weights) in the trtllm-gen layout."""
-    res = impl_spec.layer(case, inputs, ng.recipe_for(case.config))
+    res = impl_spec.layer(case, inputs, NAMED[ng.recipe_for(case.config)])
 
     def launch(logits, bias, method, a, *, local_expert_offset, local_num_experts):
         local = permutation.local_expert_ids(res.ids, case.config.routing.num_experts, local_expert_offset,
@@ -177,3 +179,33 @@ def test_pipeline_check_can_fail(monkeypatch):
     case = Case("moe", moe(), seed=3)
     impl = from_adapter_module(ng)._replace(run=lambda case, inputs: _run_on_cpu(case, inputs, monkeypatch))
     assert check.run_case(impl, case).status == "fail"
+
+
+def test_layer_bound_carries_the_tanh_approx_term_of_renormalized_weights():
+    """H200 finding (session 3, nemotron-h through the composed layer): with tanh.approx sigmoids of very negative
+    logits, renormalized weights move by (rsf + k·w)·η/Σs, far more than the unrenormalized rsf·η the layer used
+    to charge; its bound was 0 where the kernel's output was one bf16 ulp off. One ulp now passes, three fail."""
+    from difftest import compare, generate, impl_spec
+    from difftest.case import Case
+
+    case = Case.from_dict({"config": {"activation": "relu2", "half_order": "gate_up", "hidden_dtype": "bf16",
+                                      "hidden_size": 240, "intermediate_size": 128, "local_expert_offset": 0,
+                                      "local_num_experts": None, "quant": "bf16", "router_weight_on_input": False,
+                                      "routing": {"bias_dtype": "fp32", "eps": 1e-20, "group_mask_value": "-inf",
+                                                  "logits_dtype": "fp32", "method": "deepseek_v3", "n_group": 1,
+                                                  "num_experts": 128, "num_fused_shared_experts": 0,
+                                                  "num_tokens": 9, "renormalize": True,
+                                                  "routed_scaling_factor": 2.5, "top_k": 6, "topk_group": 1},
+                                      "rsf_placement": "routing"}, "dist": "all_negative", "op": "moe", "seed": 9409})
+    recipe = NAMED["flashinfer_trtllm_gen_nogemm_bf16"]
+    inputs = generate.inputs(case)
+    spec = impl_spec.layer(case, inputs, recipe)
+    t, h = 1, 178
+
+    def verdict(ulps):
+        out = spec.out.copy()
+        out[t, h] = out[t, h] + ulps * 2.0**-6  # bf16 spacing in [2, 4)
+        return compare.compare_moe(case, inputs, {"out": out, "ids": spec.ids}, recipe, "t")
+
+    assert 2 <= spec.out[t, h] < 4
+    assert verdict(1).ok and not verdict(3).ok

@@ -9,7 +9,7 @@ import pytest
 from difftest.case import RoutingConfig
 from difftest.compare import check_ids
 from spec import routing
-from spec.recipes import NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT, trtllm_gen_routing
+from spec.recipes import NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT
 
 SHAPES = ((64, 8, 4, 8), (256, 8, 4, 8))  # E, n_group, topk_group, top_k (the H200 measurement's shapes)
 
@@ -35,11 +35,16 @@ def draw(E, T=2048, seed=0):
     return rng.standard_normal((T, E)).astype(np.float32), (0.1 * rng.standard_normal(E)).astype(np.float32)
 
 
-def test_trtllm_gen_routing_recipe_selector():
-    assert trtllm_gen_routing("deepseek_v3", 8, as_built=True) is TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT
-    assert trtllm_gen_routing("deepseek_v3", 8) is TRTLLM_GEN_ROUTING  # declared: the FP32 bias
-    assert trtllm_gen_routing("deepseek_v3", 1) is TRTLLM_GEN_ROUTING
-    assert trtllm_gen_routing("renormalize", 1) is TRTLLM_GEN_ROUTING
+def test_trtllm_gen_routing_recipe_selector(monkeypatch):
+    from impls.flashinfer.trtllm_gen_routing import AS_BUILT_ENV, recipe_for
+
+    def name(method, n_group):
+        return recipe_for(RoutingConfig(method, 1, 64, 2, n_group, 1))
+
+    assert name("deepseek_v3", 8) == TRTLLM_GEN_ROUTING.name  # declared: the FP32 bias
+    monkeypatch.setenv(AS_BUILT_ENV, "1")
+    assert name("deepseek_v3", 8) == TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name
+    assert name("deepseek_v3", 1) == name("renormalize", 1) == TRTLLM_GEN_ROUTING.name
     assert NAMED[TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name].bias == "bf16" and NAMED[TRTLLM_GEN_ROUTING.name].bias == "fp32"
 
 

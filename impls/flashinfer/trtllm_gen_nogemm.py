@@ -79,14 +79,10 @@ def routing_config(config):
 
 
 def recipe_for(config):
-    """TRTLLM_GEN_NOGEMM_BF16 / _FP8_BLOCK; with DIFFTEST_TRTLLM_GEN_AS_BUILT=1 and a grouped DeepSeekV3 case, the
-    routing kernel's bf16 bias (as the routing adapter declares)."""
-    from spec.recipes import NAMED
-
+    """The spec recipe's name: flashinfer_trtllm_gen_nogemm_bf16 / _fp8_block; with DIFFTEST_TRTLLM_GEN_AS_BUILT=1
+    and a grouped DeepSeekV3 case, its _grouped_as_built row (the routing kernel's bf16 bias)."""
     name = f"flashinfer_trtllm_gen_nogemm_{config.quant}"
-    if routing.recipe_for(config.routing).bias == "bf16":
-        name += "_grouped_as_built"
-    return NAMED[name]
+    return name + ("_grouped_as_built" if routing.as_built_bias(config.routing) else "")
 
 
 def kernel_w13(w13, half_order, activation):
