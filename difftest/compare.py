@@ -15,7 +15,8 @@ a set K of topk_group groups that no group outside K beats by more than 2·gδ, 
 one inside by more than 2δ in the keys masked to K (masked experts hold the method's mask value: -inf, or
 deepseek_v2's group_mask_value 0.0, at which they tie with underflowed softmax values). NaN ranks below every
 number. The spec's own ids are valid (its fp32 keys are within δ of the float64 ones); every token whose ids
-differ from the spec's must be valid, and its weights must match the float64 ideal weights at its own ids, within the recipe's relative bound plus the
+differ from the spec's must be valid, and its weights must match the float64 ideal weights at its own ids, within
+the recipe's relative bound plus the
 absolute allowance of fp32 underflow (``underflow_term``); where the fp32 renormalizing denominator can vanish
 the ideal bounds nothing, and those tokens are held to the recipe at their own ids.
 """

@@ -6,7 +6,6 @@ higher group, as an implementation with no promised tie order (torch.topk) may d
 valid (difftest/compare.py), so the comparator must accept it; fixtures/R02 holds a case it once rejected.
 """
 
-import numpy as np
 
 from .impl_torch import TORCH
 

@@ -31,13 +31,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .numerics import FP32, FP64, as_format, round_to
+
 # tanh.approx.f32 (MUFU.TANH, what tanhf becomes under -use_fast_math): the largest relative error against the
 # true tanh over every finite fp32 input is 1.11261e-5 = 2^-16.46, measured exhaustively on an H200 (sm_90a;
 # campaigns/h200/tanh_exhaustive.cu, results in campaigns/h200/tanh_exhaustive.json). The PTX ISA documents only
 # 2^-11; another architecture's MUFU.TANH needs its own measurement before this bound applies to it.
 TANH_APPROX_REL = 1.1127e-5
-
-from .numerics import FP32, FP64, as_format, round_to
 
 LAMBDA = 6.0
 U32, U64 = FP32.unit_roundoff, FP64.unit_roundoff

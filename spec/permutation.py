@@ -166,11 +166,11 @@ def check_permutation(local_ids, num_local_experts, tile_tokens_dim, *, total_nu
     if len(p2t) < want.total_num_padded_tokens:
         return out + [f"permuted_idx_to_token_idx has {len(p2t)} rows < {want.total_num_padded_tokens}"]
     remote = (ids < 0) & (e2p != -1)
-    for t, k in zip(*np.nonzero(remote)):
+    for t, k in zip(*np.nonzero(remote), strict=True):
         out.append(f"expanded_idx_to_permuted_idx[{t}, {k}]={e2p[t, k]} but the expert is remote (-1)")
     lo, hi = want.offsets, want.offsets + want.counts
     rows = {}
-    for t, k in zip(*np.nonzero(ids >= 0)):
+    for t, k in zip(*np.nonzero(ids >= 0), strict=True):
         e, p = ids[t, k], e2p[t, k]
         if not lo[e] <= p < hi[e]:
             out.append(f"expanded_idx_to_permuted_idx[{t}, {k}]={p} outside expert {e}'s rows [{lo[e]}, {hi[e]})")

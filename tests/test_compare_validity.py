@@ -19,7 +19,8 @@ from difftest.case import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS, Rout
 from spec.recipes import GROUP_SCORES, Recipe
 
 PALETTE = (-1000.0, -200.0, -120.0, -3.0, -1.0, 0.0, 0.5, 1.0, 2.0, 30.0)  # repeats give exact ties
-NEAR = (0.0, 0.0, 1e-9, 3e-8, 1e-7, 2e-7, 4e-7, 8e-7, 2e-6, 1e-3)  # added to a palette value: near ties below and above 2δ
+# added to a palette value: near ties below and above 2δ
+NEAR = (0.0, 0.0, 1e-9, 3e-8, 1e-7, 2e-7, 4e-7, 8e-7, 2e-6, 1e-3)
 BIASES = (0.0, -0.1, 0.1, 1e-8, -2.0)
 
 

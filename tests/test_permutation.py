@@ -2,7 +2,8 @@
 reported), and the ids read back from it."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spec import permutation as pm
 
@@ -60,7 +61,8 @@ def test_permutation_hand_example():
 def test_permutation_valid_realizations_pass(case, seed):
     ids, L, tile = case
     assert pm.check_permutation(ids, L, tile, **outputs(ids, L, tile)) == []
-    assert pm.check_permutation(ids, L, tile, **outputs(ids, L, tile, shuffled_within_experts(ids, L, tile, seed))) == []
+    shuffled = outputs(ids, L, tile, shuffled_within_experts(ids, L, tile, seed))
+    assert pm.check_permutation(ids, L, tile, **shuffled) == []
 
 
 @settings(max_examples=60, deadline=None)

@@ -127,11 +127,9 @@ def test_launch_failures_seen_on_the_h200_are_declared_limits():
 
 
 def test_preset_draws_only_supported_cases_over_every_method():
-    from hypothesis import given, settings
+    from hypothesis import find, given, settings
 
     from difftest import presets
-
-    from hypothesis import find
 
     strategy = presets.configs(presets.TRTLLM_GEN_ROUTING, "routing")
 

@@ -45,14 +45,16 @@ def test_trtllm_gen_routing_recipe_selector(monkeypatch):
     monkeypatch.setenv(AS_BUILT_ENV, "1")
     assert name("deepseek_v3", 8) == TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name
     assert name("deepseek_v3", 1) == name("renormalize", 1) == TRTLLM_GEN_ROUTING.name
-    assert NAMED[TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name].bias == "bf16" and NAMED[TRTLLM_GEN_ROUTING.name].bias == "fp32"
+    assert NAMED[TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name].bias == "bf16"
+    assert NAMED[TRTLLM_GEN_ROUTING.name].bias == "fp32"
 
 
 @pytest.mark.parametrize("E,G,tg,k", SHAPES)
 def test_grouped_recipe_reproduces_the_kernel_model(E, G, tg, k):
     x, b = draw(E)
     model = np.sort(grouped_kernel_model(x, b, G, tg, k), axis=1)
-    spec = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg, bias_dtype=TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.bias)
+    spec = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg,
+                               bias_dtype=TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.bias)
     ideal = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg, ideal=True)
     differ = (model != np.sort(ideal.ids, axis=1)).any(axis=1)
     assert (model == np.sort(spec.ids, axis=1)).all(), "spec under the grouped recipe != the kernel model"

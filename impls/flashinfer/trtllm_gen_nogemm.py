@@ -146,7 +146,8 @@ def rows_by_expert(expanded_idx_to_permuted_idx, local_ids, device):
             for e in np.unique(local_ids[local_ids >= 0])}
 
 
-_prepared = []  # [(numpy arrays, half order, activation, quant, device tensors)]: the last weights, kept while they recur
+# [(numpy arrays, half order, activation, quant, device tensors)]: the last weights, kept while they recur
+_prepared = []
 
 
 def prepare_weights(inputs, config, device):
@@ -159,7 +160,8 @@ def prepare_weights(inputs, config, device):
     if _prepared and _prepared[0][1] == tag and all(a is b for a, b in zip(_prepared[0][0], arrays, strict=True)):
         return _prepared[0][2]
     if config.quant == "bf16":
-        w = {"w13": to_torch(inputs["w13"], "bf16", device).float(), "w2": to_torch(inputs["w2"], "bf16", device).float()}
+        w = {"w13": to_torch(inputs["w13"], "bf16", device).float(),
+             "w2": to_torch(inputs["w2"], "bf16", device).float()}
     else:
         w = {"w13": to_torch(inputs["w13"], "e4m3fn", device), "w2": to_torch(inputs["w2"], "e4m3fn", device),
              "w13_scale": torch.tensor(inputs["w13_scale"], dtype=torch.float32, device=device),

@@ -151,7 +151,8 @@ def _tier(tiers, n):
 def kernel_path(config, sms=132):
     """Which kernels the runner launches for a configuration on a device with ``sms`` multiprocessors
     (docs/trtllm_gen_routing.md §5; the routingCustom split-path variants are not distinguished):
-    'grouped/cluster|coop|histogram', 'llama4/warp|cluster|histogram', 'custom/block|dyn_block|cluster|coop|histogram'."""
+    'grouped/cluster|coop|histogram', 'llama4/warp|cluster|histogram',
+    'custom/block|dyn_block|cluster|coop|histogram'."""
     c, T = config, config.num_tokens
     k = c.top_k + c.num_fused_shared_experts
     if c.method == "deepseek_v3" and c.n_group > 1:
@@ -211,7 +212,6 @@ def trtllm_gen_routing(logits, bias, method, a, *, local_expert_offset, local_nu
     """One launch of the routing stage. ``a``: call_args(); logits [T, E] fp32|bf16 CUDA, bias [E] or None.
     Returns a dict of torch tensors: topk_weights and the six permutation outputs."""
     import torch
-
     from flashinfer.utils import device_support_pdl
 
     T, E = logits.shape

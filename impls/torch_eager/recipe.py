@@ -10,7 +10,8 @@ math (quant.nvfp4_quant). GEMMs accumulate in fp32 (see layer.py for the per-blo
 
 _BASE = dict(logits="fp32", bias="fp32", sigmoid="exact", routing_weights="fp32",
              renorm_order="divide_then_scale", group_score="method", routing_scores="fp32",
-             routing_bias_add="fp32", routing_group_scores="fp32", routing_renorm="fp32", act_quant_variant="div", act_scale_formula="div448",
+             routing_bias_add="fp32", routing_group_scores="fp32", routing_renorm="fp32",
+             act_quant_variant="div", act_scale_formula="div448",
              gemm_acc="fp32", gemm1_out="bf16", act_compute="fp32", act_out="bf16", requant_intermediate=True,
              requant_variant="div", requant_scale_formula="div448", requant_group=128, mx_rule="ceil448",
              router_weight_at="gemm2", expert_out="bf16", combine="fp32", subnormals="keep",
