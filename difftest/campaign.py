@@ -10,6 +10,7 @@ recorded at once and not shrunk (each attempt would cost the whole timeout).
 
 import json
 import os
+import re
 import tempfile
 import time
 from collections import Counter
@@ -38,6 +39,58 @@ HEALTH = [
     HealthCheck.data_too_large,
     HealthCheck.differing_executors,
 ]
+
+
+MAX_FINDINGS_PER_CELL = 8  # distinct findings sought in one --max-examples cell before moving on
+FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Signature(NamedTuple):
+    """What makes two failures the same finding: where (op, implementation), how (kind) and which output
+    or exception (field). A campaign that has a finding's signature keeps searching for other ones."""
+
+    op: str
+    impl: str
+    kind: str  # mismatch | error | crash | hang
+    field: str  # mismatch: the output named first (ids, weights, out, codes, ...); error: the exception type
+
+    def __str__(self):
+        return f"{self.op}, {self.impl}, {self.kind}, {self.field}"
+
+
+def field_of(kind, message, impl_name):
+    """The field of a failure message: the first word after the implementation's name for a mismatch
+    (``weights(by id)[0, 1]=...`` -> ``weights``), the exception type for an error, the first word of the
+    detail for a crash or hang (``signal``, ``exit``, ``no``)."""
+    rest = message[len(impl_name):] if message.startswith(impl_name) else message
+    if kind == "error":
+        m = re.search(r"raised (\w+)", rest)
+        return ("comparison " if rest.startswith("comparison") else "") + (m.group(1) if m else "error")
+    if kind in ("crash", "hang"):
+        rest = rest.split(":", 1)[1] if ":" in rest else rest
+    m = FIELD_RE.search(rest)
+    return m.group(0) if m else ""
+
+
+def signature(op, impl_name, kind, message):
+    return Signature(op, impl_name, kind, field_of(kind, message or "", impl_name))
+
+
+def fixture_signature(meta):
+    """The Signature of a fixture's case.json (the observed message names the field)."""
+    kind = meta.get("kind") or fixtures.kind_of(meta["observed"])
+    return signature(meta["case"]["op"], meta["impl"]["name"], kind, meta["observed"].get("message"))
+
+
+def known_signatures(root):
+    """Signatures of the open fixtures under root (``fuzz --known DIR``): failures already recorded, not
+    reported again. Fixed fixtures are left out: their failure coming back is a regression, a finding."""
+    out = set()
+    for path in fixtures.discover(root):
+        meta = json.loads((path / "case.json").read_text())
+        if meta.get("status") == "open":
+            out.add(fixture_signature(meta))
+    return out
 
 
 class Finding(AssertionError):
@@ -117,6 +170,8 @@ class CellResult(NamedTuple):
     fixture: str | None  # path of the fixture written for it
     compared: int = 0  # examples that ran and were compared (every status but skip)
     skips: Counter | None = None  # skip reason -> examples
+    signature: Signature | None = None  # of the finding
+    known: Counter | None = None  # Signature -> failing examples matching an already known finding
 
     def skipped_all(self):
         """Why the cell compared nothing (the skip reasons with their counts); "" if it compared an example."""
@@ -201,13 +256,18 @@ def fuzz_cell(
     runners=None,
     stop=None,
     weight_seed=None,
+    known=None,
 ):
     """Run Hypothesis over cases of `op` for `impl`. A failure is shrunk, written under fixtures_root (if
     given) and returned in CellResult.finding; record(row) sees every example (shrink steps included).
     ``runners`` (a Runners) supplies the isolated worker of a may_crash implementation (default: one for this
     cell); ``stop`` (an Event) set raises Interrupted at the next example; ``weight_seed`` fixes the expert
-    weights of every moe case (presets.weight_seed)."""
-    state = {"examples": 0, "compared": 0, "skips": Counter(), "last_failure": None, "first_crash": None}
+    weights of every moe case (presets.weight_seed); ``known`` (a set of Signature) holds the findings
+    already made: a failure with one of these signatures is counted in CellResult.known and the search goes
+    on (neither targeted nor shrunk), and the signature of a new finding is added to it."""
+    state = {"examples": 0, "compared": 0, "skips": Counter(), "last_failure": None, "first_crash": None,
+             "known": Counter()}
+    known = set() if known is None else known
     own = runners is None
     runners = Runners(_worker_dir(fixtures_root)) if own else runners
     provenance = provenance or f"difftest fuzz, op {op}"
@@ -231,6 +291,11 @@ def fuzz_cell(
             event(f"skip: {result.message.split(':')[0]}")
             return
         state["compared"] += 1
+        sig = None if kind is None else signature(case.op, impl.name, kind, result.message)
+        if sig in known:
+            state["known"][sig] += 1
+            event(f"known: {sig}")
+            return
         if result.ratio < float("inf"):
             target(result.ratio, label="error/bound")
         if kind is None:
@@ -256,12 +321,24 @@ def fuzz_cell(
         case, result, kind, crash = state["last_failure"]  # Hypothesis replays the shrunk example last
         path = save(case, result, kind, crash)
         message = result.message + ("\n" + REPLAY.format(path=path) if path else f"\ncase: {case.to_json()}")
+        sig = signature(case.op, impl.name, kind, result.message)
+        known.add(sig)
         return CellResult(state["examples"], message, None if path is None else str(path), state["compared"],
-                          state["skips"])
+                          state["skips"], sig, state["known"])
     finally:
         if own:
             runners.close()
-    return CellResult(state["examples"], None, None, state["compared"], state["skips"])
+    return CellResult(state["examples"], None, None, state["compared"], state["skips"], None, state["known"])
+
+
+def until_no_new_finding(run, limit=MAX_FINDINGS_PER_CELL):
+    """run(i) -> CellResult, repeated (i = 0, 1, ...) while it makes a new finding, at most ``limit`` times:
+    with the known signatures growing, each repeat searches for a different failure. Yields each result."""
+    for i in range(limit):
+        res = run(i)
+        yield res
+        if not res.finding:
+            return
 
 
 def recover_pending(workdir, fixtures_root):
@@ -360,6 +437,7 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             runners=kwargs.get("runners"),
             stop=stop,
             weight_seed=kwargs.get("weight_seed"),
+            known=kwargs.get("known"),
         )
         per_example[i % len(cells)] = (time.monotonic() - t0) / max(1, res.examples)
         yield cell, res

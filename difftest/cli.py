@@ -89,19 +89,22 @@ def _worker(w, args, out, deadline, queue, stop):
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
         db = args.db or str(out / "db")
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
-                      stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None)
+                      stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None,
+                      known=set(args.known_signatures))  # grows with each finding: later ones must differ
         if args.max_examples is None:
             runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, **common)
         else:
             runs = (
-                (cell, campaign.fuzz_cell(*cell[:3], configs=cell[3], run_seed=args.seed * 64 + w,
-                                          hypothesis_settings=campaign.cli_settings(args.max_examples, db),
-                                          **common))
+                (cell, res)
                 for cell in cells
+                for res in campaign.until_no_new_finding(lambda i, cell=cell: campaign.fuzz_cell(
+                    *cell[:3], configs=cell[3], run_seed=(args.seed * 64 + w) * 1_000_003 + i,
+                    hypothesis_settings=campaign.cli_settings(args.max_examples, db), **common))
             )
         for (impl, _, op, _), res in runs:
             if res.finding:
-                found.append({"impl": impl.name, "op": op, "message": res.finding, "fixture": res.fixture})
+                found.append({"impl": impl.name, "op": op, "message": res.finding, "fixture": res.fixture,
+                              "signature": list(res.signature)})
         queue.put((w, found, None))
     except campaign.Interrupted:
         queue.put((w, found, None))
@@ -142,6 +145,19 @@ def this_run(out):
             cases += 1
             skips.update([row["message"]] if row["status"] == "skip" else [])
     return cases, cases - sum(skips.values()), skips
+
+
+def failures_by_signature(out):
+    """Counter of campaign.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
+    steps included): the cases behind each finding, known ones too."""
+    from .campaign import signature
+
+    n = Counter()
+    for p in out.glob("cases-*.jsonl"):
+        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+            if row.get("kind"):
+                n[signature(row["op"], row.get("impl", ""), row["kind"], row["message"])] += 1
+    return n
 
 
 def nothing_compared(cases, skips, limit):
@@ -231,9 +247,27 @@ def cmd_fuzz(args):
             raise UsageError(f"implementation {ref} is unavailable: {reason}")
     if not _cells(args.impl, args.op, args.model):
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}")
+    args.known_signatures = set()
+    if args.known is not None:
+        from .campaign import known_signatures
+
+        if not Path(args.known).is_dir():
+            raise UsageError(f"--known {args.known} must be a directory of fixtures")
+        args.known_signatures = known_signatures(args.known)
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     return run_campaign(args, out)
+
+
+def distinct_findings(findings, per_signature):
+    """One entry per signature among the findings (two workers may record the same one): its first
+    fixture and this run's failing cases with that signature."""
+    out = {}
+    for f in findings:
+        sig = tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
+        if sig not in out:
+            out[sig] = {"signature": list(sig), "fixture": f["fixture"], "cases": per_signature.get(sig, 0)}
+    return list(out.values())
 
 
 def _collect(procs, queue, stop, received, t0, budget, out):
@@ -286,7 +320,18 @@ def _findings(reported, out):
                              "fixture": str(path), "earlier": True})
     for f in findings:
         f["kind"] = _kind(f["fixture"])
+        if "signature" not in f:
+            f["signature"] = _signature(f["fixture"])
     return findings
+
+
+def _signature(path):
+    from .campaign import fixture_signature
+
+    try:
+        return list(fixture_signature(json.loads((Path(path) / "case.json").read_text())))
+    except (TypeError, OSError, ValueError, KeyError, AttributeError):
+        return None
 
 
 def _kind(path):
@@ -331,6 +376,7 @@ def run_campaign(args, out):
     errors = [e for _, e in results.values() if e]
     findings = _findings([f for fs, _ in results.values() for f in fs], out)
     ran, compared, skips = this_run(out)
+    per_signature = failures_by_signature(out)
     summary = summarize(out)
     summary.update(
         {
@@ -344,6 +390,9 @@ def run_campaign(args, out):
             "worker_errors": errors,
             "interrupted": received[0] if received else None,
             "compared": compared,
+            "distinct_findings": distinct_findings(findings, per_signature),
+            "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
+                               if sig in args.known_signatures],
         }
     )
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -355,6 +404,13 @@ def run_campaign(args, out):
     for f in findings:
         earlier = ", earlier" if f["earlier"] else ""
         print(f"FINDING [{f['op']}, {f['impl']}, {f['kind']}{earlier}] {f['message']}")
+    distinct = summary["distinct_findings"]
+    if distinct:
+        print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field):")
+        for d in distinct:
+            print(f"  [{', '.join(d['signature'])}] {d['cases']} failing cases, fixture {d['fixture']}")
+    for k in summary["known_failures"]:
+        print(f"known (--known): [{', '.join(k['signature'])}] {k['cases']} failing cases, not reported again")
     print(report.maybe_render(out))
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
@@ -520,6 +576,9 @@ def parser():
     f.add_argument("--seed", type=int, default=0, help="campaign seed (workers and chunks derive theirs)")
     f.add_argument("--out", help="run directory (default runs/<timestamp>); format in difftest/rundir.md")
     f.add_argument("--special", action="store_true", help="also draw NaN/Inf input distributions")
+    f.add_argument("--known", metavar="DIR",
+                   help="fixtures whose signatures (op, implementation, kind, field) are known: failures "
+                        "matching an open one are counted, not reported; the search goes on for others")
     f.add_argument(
         "--db", help="shared Hypothesis example database directory (default DIFFTEST_DB or OUT/db)"
     )
