@@ -53,19 +53,21 @@ def _default_impls():
     return refs
 
 
-def _cells(impl_refs, ops, model):
-    """(impl, ref, op, configs) per implementation × op slice (campaign.slices), or per op around a model."""
-    from . import campaign, presets
+def _cells(impl_refs, ops, model, filters=None):
+    """(impl, ref, op, configs) per implementation × op slice (campaign.slices), or per op around a model;
+    inside --where and the implementation's ``space`` (difftest/where.py)."""
+    from . import presets, where
 
     cells = []
     for ref in impl_refs:
         impl = interface.load(ref)
+        space = getattr(impl, "space", None)
+        inside = where.merge(filters or {}, {} if space is None else where.from_space(space, impl.name))
         for op in (o for o in ops if o in impl.ops):
-            if model:
-                configs = presets.configs(model, op)
-                cells += [(impl, ref, op, configs)] if configs is not None else []
-            else:
-                cells += [(impl, ref, op, configs) for _, configs in campaign.slices(op)]
+            base = presets.configs(model, op) if model else None
+            if model and base is None:
+                continue
+            cells += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base)]
     return cells
 
 
@@ -76,6 +78,8 @@ def _interrupt(signum, frame):
 
 
 def _worker(w, args, out, deadline, queue, stop):
+    from hypothesis.errors import Unsatisfiable
+
     from . import campaign, presets
 
     # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
@@ -84,7 +88,7 @@ def _worker(w, args, out, deadline, queue, stop):
     found, record = [], None
     runners = campaign.Runners(out / "difftest-workers", args.timeout, args.first_timeout)
     try:
-        cells = _cells(args.impl, args.op, args.model)
+        cells = _cells(args.impl, args.op, args.model, args.where)
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
         db = args.db or str(out / "db")
@@ -108,6 +112,9 @@ def _worker(w, args, out, deadline, queue, stop):
         queue.put((w, found, None))
     except campaign.Interrupted:
         queue.put((w, found, None))
+    except Unsatisfiable:
+        queue.put((w, found, "no drawn configuration inside --where (and the implementation's space) meets "
+                             "the case constraints of difftest/case.py"))
     except Exception as e:  # reported by the parent as one line
         queue.put((w, found, f"{type(e).__name__}: {e}"))
     finally:
@@ -233,6 +240,9 @@ def cmd_fuzz(args):
     _finite(args.first_timeout, "--first-timeout", 0, False)
     _free_dir(args.out, "--out")
     _free_dir(args.db, "--db")
+    from . import where
+
+    args.where = where.merge(*(dict([where.parse(w)]) for w in args.where or []))
     args.impl = args.impl or _default_impls()
     args.op = args.op or list(OPS)
     if args.model:
@@ -245,8 +255,9 @@ def cmd_fuzz(args):
         reason = interface.load(ref).available()
         if reason:
             raise UsageError(f"implementation {ref} is unavailable: {reason}")
-    if not _cells(args.impl, args.op, args.model):
-        raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}")
+    if not _cells(args.impl, args.op, args.model, args.where):
+        inside = f" inside --where {where.describe(args.where)}" if args.where else ""
+        raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")
     args.known_signatures = set()
     if args.known is not None:
         from .campaign import known_signatures
@@ -567,6 +578,9 @@ def parser():
     )
     f.add_argument("--op", action="append", choices=OPS, help="op to fuzz (repeatable; default all)")
     f.add_argument("--model", help="fuzz around a model preset (difftest/presets.py)")
+    f.add_argument("--where", action="append", metavar="FIELD=V|LO..HI|A,B,C",
+                   help="draw only configurations with FIELD (method, quant, activation, logits_dtype, "
+                        "num_experts or E, top_k, ...) in the value, range or set (repeatable; with --model too)")
     budget = f.add_mutually_exclusive_group()
     budget.add_argument(
         "--max-examples", type=int, help="examples per (implementation, op) cell, no time limit"

@@ -25,6 +25,8 @@ class DeepSeekV3Routing:
     ops = ("routing",)
     deterministic = True  # checked: repeated runs must give identical bits
     may_crash = False  # True would run it in a separate process (a native kernel that can abort)
+    # the configurations it covers: fuzz --impl draws only these (difftest/where.py), so nothing is skipped
+    space = {"method": "deepseek_v3", "num_fused_shared_experts": 0}
 
     def available(self):
         return None  # numpy is always there; a GPU plug-in returns e.g. "no CUDA device"

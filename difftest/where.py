@@ -1,0 +1,257 @@
+"""Case-space filters: ``fuzz --where FIELD=VALUE|LO..HI|A,B,C`` and a plug-in's ``space`` attribute.
+
+A filter narrows what the strategies draw; it is not a skip. The field that names a slice (routing
+``method``, quant ``scheme``, moe ``quant``) picks the slices of campaign.slices; ``method`` and
+``activation`` of a moe layer are passed to its strategy. Any other field of the op's configuration (moe:
+of the layer, then of its routing) is drawn from the filter in place of the strategy's own value when that
+value is outside it, and a configuration that then breaks a constraint of difftest/case.py is rejected by
+Hypothesis before it becomes a case. An op whose configuration lacks a filtered field is out of the space.
+
+A plug-in declares the configurations it covers as ``space = {"method": "deepseek_v3", "top_k": "1..8",
+"logits_dtype": ["fp32", "bf16"]}`` (a value, a "LO..HI" string, or a list); ``fuzz --impl`` then draws
+only from it, intersected with ``--where``.
+"""
+
+import math
+from dataclasses import fields, replace
+from typing import NamedTuple
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from .case import (
+    ACTIVATIONS,
+    BIAS_DTYPES,
+    CHECKS,
+    CONFIGS,
+    LOGIT_DTYPES,
+    QUANT_INPUT_DTYPES,
+    QUANT_PATHS,
+    QUANT_SCHEMES,
+    ROUTING_METHODS,
+    SCALE_LAYOUTS,
+    CaseError,
+    RoutingConfig,
+)
+
+ALIASES = {"E": "num_experts", "T": "num_tokens", "k": "top_k"}
+SLICE_FIELD = {"routing": "method", "quant": "scheme", "moe": "quant"}
+MOE_STRATEGY_FIELDS = ("method", "activation")  # arguments of strategies.moe_configs
+CHOICES = {"method": ROUTING_METHODS, "activation": ACTIVATIONS, "quant": QUANT_PATHS, "scheme": QUANT_SCHEMES,
+           "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES), "input_dtype": QUANT_INPUT_DTYPES,
+           "layout": SCALE_LAYOUTS, "half_order": ("gate_up", "up_gate"), "hidden_dtype": ("bf16", "fp16"),
+           "rsf_placement": ("routing", "combine"), "scale_fmt": ("fp32", "ue8m0"), "mx_rule": ("ocp", "ceil448")}
+
+
+class WhereError(CaseError):
+    """A filter that names no field, or a value the field cannot take; one line."""
+
+
+class Constraint(NamedTuple):
+    values: tuple | None  # the allowed values, or None for a range
+    lo: float = -math.inf
+    hi: float = math.inf
+
+    def allows(self, v):
+        if self.values is not None:
+            return v in self.values
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and self.lo <= v <= self.hi
+
+    def strategy(self, integral):
+        if self.values is not None:
+            return st.sampled_from(self.values)
+        if integral:
+            return st.integers(None if self.lo == -math.inf else math.ceil(self.lo),
+                               None if self.hi == math.inf else math.floor(self.hi))
+        return st.floats(self.lo, self.hi, allow_nan=False)
+
+    def __and__(self, other):
+        if self.values is not None:
+            return Constraint(tuple(v for v in self.values if other.allows(v)))
+        if other.values is not None:
+            return other & self
+        return Constraint(None, max(self.lo, other.lo), min(self.hi, other.hi))
+
+    def empty(self):
+        return self.values == () or (self.values is None and self.lo > self.hi)
+
+    def __str__(self):
+        if self.values is None:
+            return f"{self.lo:g}..{self.hi:g}"
+        return ",".join("none" if v is None else str(v) for v in self.values)
+
+
+def _type_name(t):
+    return getattr(t, "__name__", str(t))  # int -> "int"; float | None -> "float | None"
+
+
+def field_types(op):
+    """{field: type name} of op's configuration; moe adds its routing's fields (the layer's win)."""
+    out = {f.name: _type_name(f.type) for f in fields(CONFIGS[op]) if f.name != "routing"}
+    if op == "moe":
+        out = {**{f.name: _type_name(f.type) for f in fields(RoutingConfig)}, **out}
+    return out
+
+
+def all_fields():
+    return sorted({name for op in CONFIGS for name in field_types(op)})
+
+
+def _scalar(text, kind, field):
+    if text.lower() in ("none", "null"):
+        if "None" not in kind:
+            raise WhereError(f"--where {field}: the field cannot be none")
+        return None
+    if kind.startswith("bool"):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise WhereError(f"--where {field}={text}: a bool is true or false")
+        return text.lower() in ("true", "1")
+    if kind.startswith(("int", "float")):
+        try:
+            v = float(text)
+        except ValueError:
+            raise WhereError(f"--where {field}={text}: the field is a number") from None
+        if kind.startswith("int"):
+            if v != int(v):
+                raise WhereError(f"--where {field}={text}: the field is an integer")
+            return int(v)
+        return v
+    return text
+
+
+def _kind(field):
+    kinds = {field_types(op)[field] for op in CONFIGS if field in field_types(op)}
+    if not kinds:
+        raise WhereError(f"--where {field}: not a configuration field; fields: {', '.join(all_fields())}")
+    return kinds.pop()
+
+
+def parse(text):
+    """'FIELD=VALUE', 'FIELD=LO..HI' or 'FIELD=A,B,C' -> (field, Constraint)."""
+    field, sep, value = text.partition("=")
+    field = ALIASES.get(field.strip(), field.strip())
+    if not sep or not field or not value:
+        raise WhereError(f"--where {text!r}: must be FIELD=VALUE, FIELD=LO..HI or FIELD=A,B,C")
+    kind = _kind(field)
+    if ".." in value:
+        if not kind.startswith(("int", "float")):
+            raise WhereError(f"--where {field}={value}: a range LO..HI needs a numeric field")
+        lo, _, hi = value.partition("..")
+        c = Constraint(None, _scalar(lo, kind, field) if lo else -math.inf,
+                       _scalar(hi, kind, field) if hi else math.inf)
+    else:
+        c = Constraint(tuple(_scalar(v.strip(), kind, field) for v in value.split(",")))
+        bad = [v for v in c.values if field in CHOICES and v not in CHOICES[field]]
+        if bad:
+            raise WhereError(f"--where {field}: {bad[0]!r} is not one of {', '.join(map(str, CHOICES[field]))}")
+    if c.empty():
+        raise WhereError(f"--where {field}={value}: allows no value")
+    return field, c
+
+
+def from_space(space, owner="the plug-in"):
+    """{field: Constraint} from a plug-in's ``space`` dict (value, "LO..HI" string, or list of values)."""
+    if not isinstance(space, dict):
+        raise WhereError(f"{owner}'s space must be a dict of field -> value, 'LO..HI' or list")
+    out = {}
+    for field, value in space.items():
+        if isinstance(value, (list, tuple)):
+            value = ",".join("none" if v is None else str(v) for v in value)
+        elif value is None:
+            value = "none"
+        out = merge(out, dict([parse(f"{field}={value}")]))
+    return out
+
+
+def merge(*wheres):
+    """The intersection of several {field: Constraint}."""
+    out = {}
+    for w in wheres:
+        for field, c in w.items():
+            both = out[field] & c if field in out else c
+            if both.empty():
+                raise WhereError(f"the filters {field}={out[field]} and {field}={c} allow no value together "
+                                 "(--where and the plug-in's space intersect)")
+            out[field] = both
+    return out
+
+
+def applies(op, where):
+    return all(f in field_types(op) for f in where)
+
+
+def _set(config, op, field, value):
+    if op == "moe" and field not in {f.name for f in fields(CONFIGS["moe"])}:
+        return replace(config, routing=replace(config.routing, **{field: value}))
+    return replace(config, **{field: value})
+
+
+def _get(config, op, field):
+    if op == "moe" and not hasattr(config, field):
+        return getattr(config.routing, field)
+    return getattr(config, field)
+
+
+def restrict(configs, op, where):
+    """The configurations of `configs` inside `where`: a field outside its filter is redrawn from the filter,
+    and a configuration that then breaks a case constraint is rejected (assume), never run."""
+    if not where:
+        return configs
+    types = field_types(op)
+
+    @st.composite
+    def restricted(draw):
+        config = draw(configs)
+        for field, c in where.items():
+            if not c.allows(_get(config, op, field)):
+                value = draw(c.strategy(types[field].startswith("int")), label=field)
+                config = _set(config, op, field, value)
+        try:
+            CHECKS[op](config)
+        except CaseError:
+            assume(False)
+        return config
+
+    return restricted()
+
+
+def slices(op, where, base):
+    """[(label, configs)] of campaign.slices(op) (or [(model, base)] around a preset) inside `where`;
+    [] when op's configuration lacks a filtered field."""
+    from . import strategies
+
+    if not applies(op, where):
+        return []
+    if base is not None:
+        return [("model", restrict(base, op, where))]
+    key = SLICE_FIELD[op]
+    out = []
+    for label, configs in _slices(op):
+        if key in where and not where[key].allows(label):
+            continue
+        if op == "moe" and any(f in where for f in MOE_STRATEGY_FIELDS):
+            configs = _moe_configs(label, where, strategies)
+        out.append((label, restrict(configs, op, where)))
+    return out
+
+
+def _slices(op):
+    from .campaign import slices as campaign_slices
+
+    return campaign_slices(op)
+
+
+def _moe_configs(quant, where, strategies):
+    """moe_configs with method and activation drawn from their filters (any value the filter allows)."""
+    from .case import ACTIVATIONS, ROUTING_METHODS
+
+    methods = [m for m in ROUTING_METHODS if "method" not in where or where["method"].allows(m)]
+    acts = [a for a in ACTIVATIONS if "activation" not in where or where["activation"].allows(a)]
+    if not methods or not acts:
+        raise WhereError("--where: no routing method or activation of a moe layer passes the filter")
+    return st.tuples(st.sampled_from(methods), st.sampled_from(acts)).flatmap(
+        lambda ma: strategies.moe_configs(method=ma[0], activation=ma[1], quant=quant))
+
+
+def describe(where):
+    return " ".join(f"{f}={c}" for f, c in sorted(where.items()))

@@ -1,0 +1,123 @@
+"""Case-space filters (issue 22, item 1): ``--where FIELD=VALUE|LO..HI|A,B,C`` and a plug-in's ``space``
+narrow what the strategies draw (no skips), alone and around a model preset."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from difftest import presets, where
+from difftest.where import Constraint, WhereError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "plugin_example.py"
+
+
+def test_parse_values_ranges_sets_and_aliases():
+    assert where.parse("method=deepseek_v3") == ("method", Constraint(("deepseek_v3",)))
+    assert where.parse("E=8..64") == ("num_experts", Constraint(None, 8, 64))
+    assert where.parse("logits_dtype=bf16,fp16") == ("logits_dtype", Constraint(("bf16", "fp16")))
+    assert where.parse("bias_dtype=none,fp32") == ("bias_dtype", Constraint((None, "fp32")))
+    assert where.parse("renormalize=false") == ("renormalize", Constraint((False,)))
+    assert where.parse("T=..4") == ("num_tokens", Constraint(None, float("-inf"), 4))
+
+
+@pytest.mark.parametrize("text, words", [
+    ("colour=red", "not a configuration field"),
+    ("method=foo", "is not one of"),
+    ("E=a..3", "is a number"),
+    ("method=a..b", "needs a numeric field"),
+    ("top_k=1.5", "is an integer"),
+    ("E=9..3", "allows no value"),
+    ("method", "must be FIELD=VALUE"),
+])
+def test_bad_filters_are_one_line_errors(text, words):
+    with pytest.raises(WhereError, match=words) as e:
+        where.parse(text)
+    assert "\n" not in str(e.value)
+
+
+def test_filters_intersect_and_an_empty_intersection_is_an_error():
+    a = dict([where.parse("top_k=1..4")])
+    assert where.merge(a, dict([where.parse("top_k=2,6")])) == {"top_k": Constraint((2,))}
+    with pytest.raises(WhereError, match="allow no value together"):
+        where.merge(a, dict([where.parse("top_k=5..8")]))
+
+
+FILTERS = {
+    "routing": ["method=deepseek_v3,renormalize", "E=256", "top_k=1..3", "logits_dtype=bf16"],
+    "moe": ["method=renormalize", "activation=relu2", "quant=fp8_block", "hidden_size=128..256", "T=1..3"],
+    "quant": ["scheme=fp8_group", "group_size=128", "input_dtype=fp32"],
+}
+
+
+@pytest.mark.parametrize("op", list(FILTERS))
+def test_every_drawn_configuration_is_inside_the_filters(op):
+    inside = where.merge(*(dict([where.parse(w)]) for w in FILTERS[op]))
+    strategies = [c for _, c in where.slices(op, inside, None)]
+    assert strategies
+
+    @settings(max_examples=40, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        config = data.draw(st.sampled_from(strategies).flatmap(lambda s: s))
+        for field, c in inside.items():
+            assert c.allows(where._get(config, op, field)), (field, config)
+
+    check()
+
+
+def test_a_model_preset_is_filtered_too():
+    inside = dict([where.parse("T=1..3")])
+    ((label, configs),) = where.slices("routing", inside, presets.configs("deepseek-v3", "routing"))
+
+    @settings(max_examples=30, database=None, deadline=None)
+    @given(configs)
+    def check(config):
+        assert 1 <= config.num_tokens <= 3 and config.num_experts == 256
+
+    check()
+
+
+def test_an_op_without_the_field_is_out_of_the_space():
+    assert where.slices("quant", dict([where.parse("method=deepseek_v3")]), None) == []
+
+
+def fuzz(*args):
+    return subprocess.run([sys.executable, "-m", "difftest", "fuzz", "--workers", "1", "--seed", "0", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_a_plugin_space_leaves_no_skips(tmp_path):
+    r = fuzz("--impl", f"{EXAMPLE}:DEEPSEEK_V3", "--op", "routing", "--max-examples", "60",
+             "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"].get("skip", 0) == 0 and summary["status"]["pass"] >= 60, summary["status"]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "cases.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in rows} == {"deepseek_v3"}
+
+
+def test_where_with_model_draws_only_inside(tmp_path):
+    r = fuzz("--impl", "torch", "--op", "routing", "--model", "deepseek-v3", "--where", "T=1..3",
+             "--where", "logits_dtype=bf16", "--max-examples", "30", "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "cases.jsonl").read_text().splitlines()]
+    configs = [r["case"]["config"] for r in rows]
+    assert configs and all(1 <= c["num_tokens"] <= 3 and c["logits_dtype"] == "bf16" for c in configs)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--impl", "torch", "--where", "colour=red"], "not a configuration field"),
+    (["--impl", f"{EXAMPLE}:DEEPSEEK_V3", "--where", "method=sigmoid"], "allow no value together"),
+    (["--impl", "torch", "--op", "quant", "--where", "method=sigmoid"], "inside --where method=sigmoid"),
+    (["--impl", "torch", "--op", "routing", "--model", "deepseek-v3", "--where", "n_group=3"],
+     "meets the case constraints"),
+])
+def test_where_usage_errors_are_one_line(tmp_path, args, words):
+    r = fuzz(*args, "--max-examples", "5", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and words in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
