@@ -545,10 +545,15 @@ def cmd_show(args):
     print(f"recipe: {json.dumps(m['recipe'])}")
     print(f"observed: {json.dumps(m['observed'])}")
     print(f"provenance: {m['provenance']}")
-    for k, a in fx.inputs.items():
-        print(f"input {k}: {a.dtype} {a.shape}")
+    from . import reproducer
+
+    for line in reproducer.show_lines(fx):
+        print(line)
     for name, outcome, detail in replay_fixture(fx, [fx.impl_ref]):
         print(f"now: {name} {outcome} {detail}")
+    if args.script:
+        script, npz = reproducer.write_script(fx, args.script)
+        print(f"reproducer: python {script} (inputs, expected values and bounds in {npz})")
     return 0
 
 
@@ -609,6 +614,9 @@ def parser():
     sub.add_parser("impls", help="list implementations and why any is unavailable")
     s = sub.add_parser("show", help="a fixture's case, recipe and current diff")
     s.add_argument("fixture")
+    s.add_argument("--script", metavar="OUT.py",
+                   help="also write a standalone reproducer (numpy inputs in OUT.npz, the call, the expected "
+                        "values and bounds) that runs without Hypothesis and exits 1 while the bug is there")
     return p
 
 
