@@ -507,6 +507,14 @@ def expectation_met(fx, rows):
     return recorded[1] == (REPLAY_OUTCOME[fx.kind] if fx.status == "open" else "pass")
 
 
+def now_fixed(fx, rows):
+    """An open fixture whose recorded implementation now passes, with the spec unchanged and every other
+    implementation passing (or not applying): what ``replay --update`` marks fixed."""
+    recorded = recorded_outcome(fx, rows)
+    others_ok = all(row[1] in ("pass", "n/a") for row in rows if row is not recorded)
+    return fx.status == "open" and recorded is not None and recorded[1] == "pass" and others_ok
+
+
 def cmd_replay(args):
     paths = _fixture_paths(args.paths)
     ok = True
@@ -514,6 +522,10 @@ def cmd_replay(args):
         fx = fixtures.load(p)
         rows = replay_fixture(fx, args.impl, args.timeout, args.first_timeout)
         met = expectation_met(fx, rows)
+        fixed = not met and now_fixed(fx, rows)
+        if fixed and args.update:
+            fixtures.set_status(fx.path, "fixed")
+            met = True
         ok &= met
         print(
             f"{fx.id} ({fx.status} {fx.kind}, recorded with {fx.meta['impl']['name']}): "
@@ -521,6 +533,11 @@ def cmd_replay(args):
         )
         for name, outcome, detail in rows:
             print(f"  {name:32s} {outcome:12s} {detail}")
+        if fixed and args.update:
+            print(f"  updated: {fx.path} open -> fixed ({fx.meta['impl']['name']} now passes; it must keep passing)")
+        elif fixed:
+            print(f"  hint: {fx.meta['impl']['name']} now passes; `python -m difftest replay --update {fx.path}` "
+                  "marks the fixture fixed")
     return 0 if ok else 1
 
 
@@ -607,6 +624,8 @@ def parser():
     r.add_argument(
         "--impl", action="append", help="restrict to these implementations (plus the recorded one)"
     )
+    r.add_argument("--update", action="store_true",
+                   help="mark an open fixture fixed when its recorded implementation now passes (one line each)")
     _timeouts(r)
     rp = sub.add_parser("report", help="render RUN_DIR/report.html and report.json from a run directory")
     rp.add_argument("run_dir", help="a run directory written by python -m difftest fuzz --out DIR")

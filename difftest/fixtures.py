@@ -121,6 +121,29 @@ def kind_of(observed):
     return "mismatch" if observed.get("status") == "fail" else "error"
 
 
+def portable_ref(ref):
+    """A ``path/file.py:NAME`` reference to a file under the working directory, relative to it (a fixture
+    then replays from another checkout); other references (names, ``module:NAME``, files elsewhere) as given."""
+    where, sep, name = ref.rpartition(":")
+    if not sep or not where.endswith(".py"):
+        return ref
+    try:
+        return f"{Path(where).resolve().relative_to(Path.cwd().resolve()).as_posix()}:{name}"
+    except ValueError:  # outside the working directory
+        return ref
+
+
+def set_status(path, status):
+    """Rewrite a fixture's case.json with another status (atomically); returns the previous one."""
+    if status not in STATUSES:
+        raise FixtureError(f"status {status!r} is not one of {STATUSES}")
+    case_json = Path(path) / "case.json"
+    meta = json.loads(case_json.read_text())
+    before, meta["status"] = meta["status"], status
+    atomic_write_text(case_json, json.dumps(meta, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    return before
+
+
 def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="open", provenance="", kind=None,
           id=None):
     """Write fixtures/<id>/ atomically (each file tmp + os.replace, in a private directory renamed into
@@ -145,7 +168,7 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
         "kind": kind,
         "case": case.to_dict(),
         "recipe": None if recipe is None else recipe.to_dict(),
-        "impl": {"ref": impl_ref, "name": impl.name, "version": impl.version},
+        "impl": {"ref": portable_ref(impl_ref), "name": impl.name, "version": impl.version},
         "packages": _versions(),
         "device": device_name(impl.name),
         "observed": {
