@@ -245,6 +245,7 @@ if __name__ == "__main__":
 def write_script(fx, path):
     """OUT.py and OUT.npz (inputs, expected, bound); returns both paths."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     npz = path.with_suffix(".npz")
     ref = reference(fx.case, fx.inputs, fx.recipe)
     arrays = {f"input.{k}": np.asarray(a) for k, a in fx.inputs.items()}

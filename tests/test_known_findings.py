@@ -94,6 +94,12 @@ def test_fixed_fixtures_are_not_known(tmp_path):
     assert len(campaign.known_signatures(ROOT / "fixtures")) > 0
 
 
+def test_the_two_bugs_example_reports_both(tmp_path):
+    r = fuzz(str(ROOT / "examples" / "plugin_two_bugs.py") + ":TWO_BUGS", tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert r.returncode == 1 and len(summary["distinct_findings"]) == 2, r.stdout + r.stderr
+
+
 def test_known_must_be_a_directory(tmp_path):
     r = fuzz(two_bugs(tmp_path), tmp_path / "run", "--known", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--known" in r.stderr, r.stderr

@@ -53,7 +53,6 @@ def test_script_of_a_plugin_needs_neither_hypothesis_nor_difftest(tmp_path):
                  "--max-examples", "40", "--workers", "1", "--out", str(tmp_path / "run"))
     assert r.returncode == 1, r.stdout + r.stderr
     (fixture,) = (tmp_path / "run" / "fixtures").iterdir()
-    (tmp_path / "elsewhere").mkdir()
     script = tmp_path / "elsewhere" / "repro.py"
     assert difftest("show", str(fixture), "--script", str(script)).returncode == 0
     assert "plugin.py:DEEPSEEK_V3" in script.read_text() and str(tmp_path) not in script.read_text()
