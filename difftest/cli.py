@@ -527,8 +527,9 @@ def cmd_replay(args):
             fixtures.set_status(fx.path, "fixed")
             met = True
         ok &= met
+        status = "fixed (was open)" if fixed and args.update else fx.status
         print(
-            f"{fx.id} ({fx.status} {fx.kind}, recorded with {fx.meta['impl']['name']}): "
+            f"{fx.id} ({status} {fx.kind}, recorded with {fx.meta['impl']['name']}): "
             f"{'as recorded' if met else 'NOT as recorded'}"
         )
         for name, outcome, detail in rows:
