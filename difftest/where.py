@@ -243,8 +243,6 @@ def _slices(op):
 
 def _moe_configs(quant, where, strategies):
     """moe_configs with method and activation drawn from their filters (any value the filter allows)."""
-    from .case import ACTIVATIONS, ROUTING_METHODS
-
     methods = [m for m in ROUTING_METHODS if "method" not in where or where["method"].allows(m)]
     acts = [a for a in ACTIVATIONS if "activation" not in where or where["activation"].allows(a)]
     if not methods or not acts:
