@@ -410,7 +410,8 @@ def run_campaign(args, out):
     rate = summary["cases"] / max(summary["seconds"], 1e-9)
     print(
         f"{summary['cases']} cases in {summary['seconds']} s ({rate:.0f}/s): {summary['status']}; "
-        f"max passing error/bound {summary['max_ratio_passing']:.3g}; run directory {out}"
+        f"max passing error/bound {summary['max_ratio_passing']:.3g} (1.0 = exactly at the derived bound); "
+        f"run directory {out}"
     )
     for f in findings:
         earlier = ", earlier" if f["earlier"] else ""
@@ -515,9 +516,18 @@ def now_fixed(fx, rows):
     return fx.status == "open" and recorded is not None and recorded[1] == "pass" and others_ok
 
 
+def replay_line(rows, recorded):
+    """The outcomes of one fixture on one line: the recorded implementation first, the others by name, the
+    implementations that do not apply grouped by reason."""
+    ran = [f"{name} {outcome}" for name, outcome, _ in rows if outcome != "n/a" or (name, outcome, _) == recorded]
+    na = Counter(detail for name, outcome, detail in rows if outcome == "n/a" and (name, outcome, detail) != recorded)
+    reasons = "; ".join(f"{reason} ({n})" for reason, n in na.most_common())
+    return ", ".join(ran) + (f"; n/a {sum(na.values())}: {reasons}" if na else "")
+
+
 def cmd_replay(args):
     paths = _fixture_paths(args.paths)
-    ok = True
+    ok, tally = True, Counter()
     for p in paths:
         fx = fixtures.load(p)
         rows = replay_fixture(fx, args.impl, args.timeout, args.first_timeout)
@@ -528,17 +538,22 @@ def cmd_replay(args):
             met = True
         ok &= met
         status = "fixed (was open)" if fixed and args.update else fx.status
+        tally["as recorded" if met else "NOT as recorded"] += 1
+        tally["marked fixed"] += fixed and args.update
         print(
             f"{fx.id} ({status} {fx.kind}, recorded with {fx.meta['impl']['name']}): "
-            f"{'as recorded' if met else 'NOT as recorded'}"
+            f"{'as recorded' if met else 'NOT as recorded'}: {replay_line(rows, recorded_outcome(fx, rows))}"
         )
         for name, outcome, detail in rows:
-            print(f"  {name:32s} {outcome:12s} {detail}")
+            if args.verbose or (not met and outcome not in ("pass", "n/a")):
+                print(f"  {name:32s} {outcome:12s} {detail}")
         if fixed and args.update:
             print(f"  updated: {fx.path} open -> fixed ({fx.meta['impl']['name']} now passes; it must keep passing)")
         elif fixed:
             print(f"  hint: {fx.meta['impl']['name']} now passes; `python -m difftest replay --update {fx.path}` "
                   "marks the fixture fixed")
+    if len(paths) > 1:
+        print(f"replayed {len(paths)} fixtures: " + ", ".join(f"{n} {what}" for what, n in tally.items() if n))
     return 0 if ok else 1
 
 
@@ -625,6 +640,9 @@ def parser():
     r.add_argument(
         "--impl", action="append", help="restrict to these implementations (plus the recorded one)"
     )
+    r.add_argument("-v", "--verbose", action="store_true",
+                   help="one line per implementation and fixture (default: one line per fixture, with the "
+                        "details of unexpected outcomes)")
     r.add_argument("--update", action="store_true",
                    help="mark an open fixture fixed when its recorded implementation now passes (one line each)")
     _timeouts(r)
@@ -633,6 +651,8 @@ def parser():
     rp.add_argument("--top", type=int, help="worst cases listed")
     sub.add_parser("impls", help="list implementations and why any is unavailable")
     s = sub.add_parser("show", help="a fixture's case, recipe and current diff")
+    sub.add_parser("mutants", help="mutation self-test: is every seeded bug found? "
+                                   "(python -m difftest mutants --help)", add_help=False)
     s.add_argument("fixture")
     s.add_argument("--script", metavar="OUT.py",
                    help="also write a standalone reproducer (numpy inputs in OUT.npz, the call, the expected "
@@ -648,8 +668,9 @@ COMMANDS = {
 def main(argv=None):
     p = parser()
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        argv = ["fuzz"]
+    if not argv:  # the main job is `fuzz`, asked for by name: a bare call starts no 120 s campaign
+        p.print_help()
+        return 0
     if argv[0] == "mutants":  # its own parser: the mutation self-test (difftest/mutants.py)
         from . import mutants
 

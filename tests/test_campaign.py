@@ -79,10 +79,7 @@ def test_deliberate_bug_is_found_shrunk_recorded_and_replayed(tmp_path):
         timeout=120,
     )
     assert r.returncode == 0 and "as recorded" in r.stdout, r.stdout + r.stderr
-    assert (
-        "bug:deepseek_biased_weights      fail" in r.stdout
-        and "torch                            pass" in r.stdout
-    )
+    assert "bug:deepseek_biased_weights fail" in r.stdout and "torch pass" in r.stdout
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,58 @@
+"""CLI polish (issue 22, item 6, in part): a bare `python -m difftest` prints the help (every subcommand,
+mutants included) and starts nothing; replay prints one line per fixture (the implementations that do not
+apply grouped by reason) and a closing summary; the fuzz summary explains the error/bound ratio."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from difftest import fixtures
+
+ROOT = Path(__file__).resolve().parents[1]
+K1 = ROOT / "fixtures" / "routing-bug_deepseek_biased_weights-a601b764f199"
+
+
+def difftest(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "difftest", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_bare_invocation_prints_help_and_runs_nothing(tmp_path):
+    t0 = time.monotonic()
+    r = difftest(cwd=tmp_path)
+    assert r.returncode == 0 and time.monotonic() - t0 < 30, r.stderr
+    assert "{fuzz,replay,report,impls,show,mutants}" in r.stdout and "mutation self-test" in r.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_replay_is_one_line_per_fixture_with_a_summary(tmp_path):
+    for name in ("K03_raw_logit_weights", "K04_fp32_bias_read_as_bf16"):
+        (tmp_path / name).symlink_to(ROOT / "fixtures" / name, target_is_directory=True)
+    r = difftest("replay", str(tmp_path), "--impl", "torch", "--impl", "no_such_impl")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 and lines[-1] == "replayed 2 fixtures: 2 as recorded", r.stdout
+    assert lines[0].startswith("K03_raw_logit_weights (open mismatch, recorded with bug:K03_raw_logit_weights): "
+                               "as recorded: bug:K03_raw_logit_weights fail, torch pass; n/a 1: ")
+    r = difftest("replay", str(tmp_path / "K03_raw_logit_weights"), "--impl", "torch", "-v")
+    assert "  torch                            pass" in r.stdout and "replayed" not in r.stdout
+
+
+def test_replay_shows_the_detail_of_an_unexpected_outcome(tmp_path):
+    fixed = tmp_path / K1.name
+    shutil.copytree(K1, fixed)
+    fixtures.set_status(fixed, "fixed")  # but the bug model still fails
+    r = difftest("replay", str(fixed), "--impl", "torch")
+    assert r.returncode == 1, r.stdout + r.stderr
+    head, detail = r.stdout.splitlines()
+    assert head.endswith("NOT as recorded: bug:deepseek_biased_weights fail, torch pass"), head
+    assert detail.startswith("  bug:deepseek_biased_weights") and "weights(by id)[0, 0]=1.08061" in detail
+
+
+def test_fuzz_summary_explains_the_ratio(tmp_path):
+    r = difftest("fuzz", "--impl", "torch", "--op", "routing", "--max-examples", "3", "--workers", "1",
+                 "--out", str(tmp_path / "run"))
+    assert r.returncode == 0 and "(1.0 = exactly at the derived bound)" in r.stdout, r.stdout + r.stderr
