@@ -243,14 +243,14 @@ def cmd_fuzz(args):
     from . import where
 
     args.where = where.merge(*(dict([where.parse(w)]) for w in args.where or []))
-    args.impl = args.impl or _default_impls()
-    args.op = args.op or list(OPS)
-    if args.model:
+    if args.model:  # before the implementations load (torch, kernel libraries): a typo fails at once
         from . import presets
 
         if args.model not in presets.PRESETS:
             raise UsageError(f"unknown model {args.model!r}; known: {', '.join(sorted(presets.PRESETS))}")
         presets.weight_seed(args.model)  # a bad DIFFTEST_WEIGHT_SEED: exit 2 before anything runs
+    args.impl = args.impl or _default_impls()
+    args.op = args.op or list(OPS)
     for ref in args.impl:
         reason = interface.load(ref).available()
         if reason:

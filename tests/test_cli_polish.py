@@ -56,3 +56,16 @@ def test_fuzz_summary_explains_the_ratio(tmp_path):
     r = difftest("fuzz", "--impl", "torch", "--op", "routing", "--max-examples", "3", "--workers", "1",
                  "--out", str(tmp_path / "run"))
     assert r.returncode == 0 and "(1.0 = exactly at the derived bound)" in r.stdout, r.stdout + r.stderr
+
+
+def test_an_unknown_model_fails_before_any_implementation_loads(monkeypatch, capsys):
+    from difftest import cli
+
+    def no(*args):
+        raise AssertionError("an implementation was loaded before the model was checked")
+
+    monkeypatch.setattr(cli, "_default_impls", no)
+    monkeypatch.setattr(cli.interface, "load", no)
+    assert cli.main(["fuzz", "--model", "deepseek"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("difftest: error: unknown model 'deepseek'; known: deepseek-r1") and err.count("\n") == 1
