@@ -114,7 +114,7 @@ def pack_ue8m0(codes):
     m, g = codes.shape
     padded = np.zeros((m, -(-g // UE8M0_PER_INT32) * UE8M0_PER_INT32), np.uint32)
     padded[:, :g] = codes
-    b = padded.reshape(m, -1, UE8M0_PER_INT32)
+    b = padded.reshape(m, padded.shape[1] // UE8M0_PER_INT32, UE8M0_PER_INT32)  # no -1: M may be 0
     return (b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16 | b[..., 3] << 24).view(np.int32)
 
 
@@ -122,7 +122,7 @@ def unpack_ue8m0(words, g):
     """Inverse of pack_ue8m0: int32 [M, ceil(G/4)] -> e8m0 codes uint8 [M, G]."""
     u = words.view(np.uint32)
     return np.stack([(u >> (8 * b)) & 0xFF for b in range(UE8M0_PER_INT32)], axis=-1).reshape(
-        u.shape[0], -1)[:, :g].astype(np.uint8)
+        u.shape[0], u.shape[1] * UE8M0_PER_INT32)[:, :g].astype(np.uint8)
 
 
 def _power_of_two_codes(s):

@@ -69,3 +69,18 @@ def test_an_unknown_model_fails_before_any_implementation_loads(monkeypatch, cap
     assert cli.main(["fuzz", "--model", "deepseek"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("difftest: error: unknown model 'deepseek'; known: deepseek-r1") and err.count("\n") == 1
+
+
+def test_zero_token_ue8m0_packed_case_is_compared_not_skipped_with_a_numpy_error():
+    """Was the skip "spec refuses: cannot reshape array of size 0 into shape (0,newaxis,4)"."""
+    import numpy as np
+
+    from difftest import check, interface
+    from difftest.case import Case, QuantConfig
+    from spec import layouts
+
+    assert layouts.pack_ue8m0(np.zeros((0, 5), np.uint8)).shape == (0, 2)
+    assert layouts.unpack_ue8m0(np.zeros((0, 2), np.int32), 5).shape == (0, 5)
+    case = Case("quant", QuantConfig("fp8_group", 0, 640, 128, scale_fmt="ue8m0", layout="ue8m0_packed"),
+                "normal", 1)
+    assert check.run_case(interface.load("torch"), case).status == "pass"
