@@ -409,7 +409,8 @@ def run_campaign(args, out):
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     rate = summary["cases"] / max(summary["seconds"], 1e-9)
     print(
-        f"{summary['cases']} cases in {summary['seconds']} s ({rate:.0f}/s): {summary['status']}; "
+        f"{summary['cases']} cases in {summary['seconds']} s ({rate:.0f}/s): "
+        f"{', '.join(f'{n} {status}' for status, n in summary['status'].items()) or 'none ran'}; "
         f"max passing error/bound {summary['max_ratio_passing']:.3g} (1.0 = exactly at the derived bound); "
         f"run directory {out}"
     )
@@ -544,9 +545,9 @@ def cmd_replay(args):
             f"{fx.id} ({status} {fx.kind}, recorded with {fx.meta['impl']['name']}): "
             f"{'as recorded' if met else 'NOT as recorded'}: {replay_line(rows, recorded_outcome(fx, rows))}"
         )
-        for name, outcome, detail in rows:
-            if args.verbose or (not met and outcome not in ("pass", "n/a")):
-                print(f"  {name:32s} {outcome:12s} {detail}")
+        shown = [r for r in rows if args.verbose or (not met and r[1] not in ("pass", "n/a"))]
+        for line in table(shown):
+            print(f"  {line}")
         if fixed and args.update:
             print(f"  updated: {fx.path} open -> fixed ({fx.meta['impl']['name']} now passes; it must keep passing)")
         elif fixed:
@@ -560,10 +561,17 @@ def cmd_replay(args):
 # ---- impls, show
 
 
+def table(rows):
+    """Rows of strings as lines, every column but the last padded to its widest cell."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)] if rows else []
+    return ["  ".join([c.ljust(w) for c, w in zip(r, widths, strict=False)] + [r[-1]]).rstrip() for r in rows]
+
+
 def cmd_impls(args):
-    for name, version, ops, reason in interface.listing():
-        state = "available" if reason is None else f"unavailable: {reason}"
-        print(f"{name:36s} {version:24s} {','.join(ops):18s} {state}")
+    rows = [(name, version, ",".join(ops), "available" if reason is None else f"unavailable: {reason}")
+            for name, version, ops, reason in interface.listing()]
+    for line in table(rows):
+        print(line)
     return 0
 
 

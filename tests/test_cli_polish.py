@@ -38,7 +38,7 @@ def test_replay_is_one_line_per_fixture_with_a_summary(tmp_path):
     assert lines[0].startswith("K03_raw_logit_weights (open mismatch, recorded with bug:K03_raw_logit_weights): "
                                "as recorded: bug:K03_raw_logit_weights fail, torch pass; n/a 1: ")
     r = difftest("replay", str(tmp_path / "K03_raw_logit_weights"), "--impl", "torch", "-v")
-    assert "  torch                            pass" in r.stdout and "replayed" not in r.stdout
+    assert "  torch                      pass" in r.stdout and "replayed" not in r.stdout
 
 
 def test_replay_shows_the_detail_of_an_unexpected_outcome(tmp_path):
@@ -52,10 +52,18 @@ def test_replay_shows_the_detail_of_an_unexpected_outcome(tmp_path):
     assert detail.startswith("  bug:deepseek_biased_weights") and "weights(by id)[0, 0]=1.08061" in detail
 
 
-def test_fuzz_summary_explains_the_ratio(tmp_path):
+def test_fuzz_summary_explains_the_ratio_in_words(tmp_path):
     r = difftest("fuzz", "--impl", "torch", "--op", "routing", "--max-examples", "3", "--workers", "1",
                  "--out", str(tmp_path / "run"))
     assert r.returncode == 0 and "(1.0 = exactly at the derived bound)" in r.stdout, r.stdout + r.stderr
+    assert "{" not in r.stdout.splitlines()[0] and " pass" in r.stdout.splitlines()[0]
+
+
+def test_tables_align_on_the_longest_name():
+    from difftest import cli
+
+    lines = cli.table([("flashinfer.trtllm_fp8_block_scale_moe_long", "1", "why"), ("torch", "22", "ok")])
+    assert lines[0].index("1") == lines[1].index("22") and lines[1].endswith("ok")
 
 
 def test_an_unknown_model_fails_before_any_implementation_loads(monkeypatch, capsys):
