@@ -10,6 +10,7 @@ An implementation is any object with these attributes (docs/interfaces.md):
     recipe(case) -> Recipe | None        # where it rounds; None: compare against the ideal only
     run(case, inputs) -> dict[str, np.ndarray]
         routing -> {"ids", "weights"}; quant -> {"q", "scales", "scale_buffer"}; moe -> {"out"} (+ "ids")
+    space: dict (optional)   # the configurations it covers: fuzz draws only these (difftest/where.py)
 
 ``Impl`` below is the plain NamedTuple the built-ins use; plug-ins may use any object of that shape.
 Implementations are named by reference, so a fixture can name one it was found with:

@@ -1,5 +1,6 @@
 """A complete fused-MoE plug-in for difftest: Mixtral/Qwen-style routing and a SwiGLU expert layer in numpy, on
-the bf16 and the DeepSeek fp8 block-scale paths. Copy it and replace `run` with the call to your kernel.
+the bf16 and the DeepSeek fp8 block-scale paths (numpy and ml_dtypes, of the test extra). Copy it and replace
+`run` with the call to your kernel.
 
 Fuzz it against the spec (docs/plugins.md):
 
