@@ -20,7 +20,7 @@ from typing import NamedTuple
 from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.errors import Flaky
+from hypothesis.errors import Flaky, Unsatisfiable
 
 from . import fixtures, interface, strategies
 from .case import QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
@@ -172,6 +172,7 @@ class CellResult(NamedTuple):
     skips: Counter | None = None  # skip reason -> examples
     signature: Signature | None = None  # of the finding
     known: Counter | None = None  # Signature -> failing examples matching an already known finding
+    unsatisfiable: bool = False  # no configuration of the cell's strategy meets the case constraints (--where)
 
     def skipped_all(self):
         """Why the cell compared nothing (the skip reasons with their counts); "" if it compared an example."""
@@ -325,6 +326,8 @@ def fuzz_cell(
         known.add(sig)
         return CellResult(state["examples"], message, None if path is None else str(path), state["compared"],
                           state["skips"], sig, state["known"])
+    except Unsatisfiable:  # a --where or space filter that this slice cannot meet: nothing to fuzz here
+        return CellResult(0, None, None, 0, Counter(), None, Counter(), True)
     finally:
         if own:
             runners.close()
@@ -415,10 +418,13 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
     """Fuzz cells round-robin until `deadline` (time.monotonic()), each turn about `slice_s` seconds of one
     cell: the chunk size follows the cell's measured time per example, so slow ops (the layer) do not starve
     fast ones. Each chunk is its own Hypothesis run with its own seed. Yields (cell, CellResult)."""
-    per_example = {}
+    per_example, dead = {}, set()  # dead: cells whose filters no configuration meets
     i = 0
     stop = kwargs.get("stop")
-    while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+    while time.monotonic() < deadline and not (stop is not None and stop.is_set()) and len(dead) < len(cells):
+        if i % len(cells) in dead:
+            i += 1
+            continue
         cell = cells[i % len(cells)]
         impl, impl_ref, op, configs = cell
         left = max(0.0, deadline - time.monotonic())
@@ -440,5 +446,7 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             known=kwargs.get("known"),
         )
         per_example[i % len(cells)] = (time.monotonic() - t0) / max(1, res.examples)
+        if res.unsatisfiable:
+            dead.add(i % len(cells))
         yield cell, res
         i += 1

@@ -105,10 +105,15 @@ def _worker(w, args, out, deadline, queue, stop):
                     *cell[:3], configs=cell[3], run_seed=(args.seed * 64 + w) * 1_000_003 + i,
                     hypothesis_settings=campaign.cli_settings(args.max_examples, db), **common))
             )
-        for (impl, _, op, _), res in runs:
+        unsatisfiable = set()
+        for (impl, _, op, configs), res in runs:
+            if res.unsatisfiable:
+                unsatisfiable.add(id(configs))
             if res.finding:
                 found.append({"impl": impl.name, "op": op, "message": res.finding, "fixture": res.fixture,
                               "signature": list(res.signature)})
+        if cells and len(unsatisfiable) == len(cells):
+            raise Unsatisfiable()
         queue.put((w, found, None))
     except campaign.Interrupted:
         queue.put((w, found, None))

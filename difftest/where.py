@@ -5,7 +5,10 @@ A filter narrows what the strategies draw; it is not a skip. The field that name
 ``activation`` of a moe layer are passed to its strategy. Any other field of the op's configuration (moe:
 of the layer, then of its routing) is drawn from the filter in place of the strategy's own value when that
 value is outside it, and a configuration that then breaks a constraint of difftest/case.py is rejected by
-Hypothesis before it becomes a case. An op whose configuration lacks a filtered field is out of the space.
+Hypothesis before it becomes a case. An op whose configuration lacks a filtered field is out of the space;
+a slice no configuration of which meets the filters (``bias_dtype=fp32`` for an unbiased routing method) is
+dropped once Hypothesis gives up on it (about a second), and a campaign none of whose slices can be drawn is a
+usage error.
 
 A plug-in declares the configurations it covers as ``space = {"method": "deepseek_v3", "top_k": "1..8",
 "logits_dtype": ["fp32", "bf16"]}`` (a value, a "LO..HI" string, or a list); ``fuzz --impl`` then draws

@@ -111,6 +111,15 @@ def test_where_with_model_draws_only_inside(tmp_path):
     assert configs and all(1 <= c["num_tokens"] <= 3 and c["logits_dtype"] == "bf16" for c in configs)
 
 
+def test_slices_that_cannot_meet_the_filter_are_dropped_not_fatal(tmp_path):
+    r = fuzz("--impl", "torch", "--op", "routing", "--where", "bias_dtype=fp32", "--max-examples", "10",
+             "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "cases.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in rows} == {"deepseek_v3", "minimax2"}
+    assert {r["case"]["config"]["bias_dtype"] for r in rows} == {"fp32"}
+
+
 @pytest.mark.parametrize("args, words", [
     (["--impl", "torch", "--where", "colour=red"], "not a configuration field"),
     (["--impl", f"{EXAMPLE}:DEEPSEEK_V3", "--where", "method=sigmoid"], "allow no value together"),
