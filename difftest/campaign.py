@@ -102,6 +102,10 @@ class Interrupted(BaseException):
     Hypothesis passes it through instead of shrinking it as a failure."""
 
 
+class _Deadline(BaseException):
+    """The time budget ran out with no failure in hand: leave Hypothesis, keep the counts."""
+
+
 class _Enough(BaseException):
     """Leave Hypothesis at once with the smallest failure so far (a hang, or a crash shrunk long enough)."""
 
@@ -258,6 +262,7 @@ def fuzz_cell(
     stop=None,
     weight_seed=None,
     known=None,
+    deadline=None,
 ):
     """Run Hypothesis over cases of `op` for `impl`. A failure is shrunk, written under fixtures_root (if
     given) and returned in CellResult.finding; record(row) sees every example (shrink steps included).
@@ -265,7 +270,9 @@ def fuzz_cell(
     cell); ``stop`` (an Event) set raises Interrupted at the next example; ``weight_seed`` fixes the expert
     weights of every moe case (presets.weight_seed); ``known`` (a set of Signature) holds the findings
     already made: a failure with one of these signatures is counted in CellResult.known and the search goes
-    on (neither targeted nor shrunk), and the signature of a new finding is added to it."""
+    on (neither targeted nor shrunk), and the signature of a new finding is added to it. Past ``deadline``
+    (time.monotonic()) the next example ends the cell: with the smallest failure so far if there is one (a
+    finding, shrunk as far as the time allowed), else with what was counted so far."""
     state = {"examples": 0, "compared": 0, "skips": Counter(), "last_failure": None, "first_crash": None,
              "known": Counter()}
     known = set() if known is None else known
@@ -282,6 +289,8 @@ def fuzz_cell(
     def check(case):
         if stop is not None and stop.is_set():
             raise Interrupted()
+        if deadline is not None and time.monotonic() > deadline:
+            raise _Enough() if state["last_failure"] is not None else _Deadline()
         result, kind, crash = run_classified(
             impl, case, repeat=state["examples"] % 16 == 0, runner=runners.get(impl, impl_ref))
         state["examples"] += 1
@@ -326,6 +335,8 @@ def fuzz_cell(
         known.add(sig)
         return CellResult(state["examples"], message, None if path is None else str(path), state["compared"],
                           state["skips"], sig, state["known"])
+    except _Deadline:
+        pass
     except Unsatisfiable:  # a --where or space filter that this slice cannot meet: nothing to fuzz here
         return CellResult(0, None, None, 0, Counter(), None, Counter(), True)
     finally:
@@ -444,6 +455,7 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             stop=stop,
             weight_seed=kwargs.get("weight_seed"),
             known=kwargs.get("known"),
+            deadline=deadline,
         )
         per_example[i % len(cells)] = (time.monotonic() - t0) / max(1, res.examples)
         if res.unsatisfiable:

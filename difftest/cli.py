@@ -22,10 +22,10 @@ DEFAULT_BUDGET_S = 120
 SLICE_S = 8.0  # seconds per turn of one (implementation, op) cell in a timed campaign
 PROGRESS_EVERY_S = 10
 STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM: workers finish their case, then get SIGTERM, then SIGKILL
-# past the budget by this much, workers are stopped like on SIGTERM: Hypothesis' target optimiser can spin on
-# cached examples without calling the test (where the deadline is checked); a failure being shrunk then is
-# still in the example database (--db) and is found again first on resume
-OVERRUN_S = 60.0
+# Workers stop at the budget themselves (campaign.fuzz_cell's deadline, checked before each example; a failure
+# being shrunk is recorded as shrunk so far). Past the budget by OVERRUN_S they are stopped like on SIGTERM: a
+# case in flight, or Hypothesis' target optimiser spinning on cached examples without calling the test.
+OVERRUN_S = 5.0
 MAX_WORKERS = 256  # a typo like --workers 20000 must not fork-bomb the machine
 REPLAY_OUTCOME = {"mismatch": "fail", "error": "error", "crash": "crash", "hang": "hang"}  # by fixture kind
 

@@ -103,3 +103,30 @@ def test_the_two_bugs_example_reports_both(tmp_path):
 def test_known_must_be_a_directory(tmp_path):
     r = fuzz(two_bugs(tmp_path), tmp_path / "run", "--known", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--known" in r.stderr, r.stderr
+
+
+def test_past_the_deadline_a_cell_ends_with_its_failure_so_far_or_interrupted(tmp_path, monkeypatch):
+    """The time budget is honoured inside a cell (issue 22, item 6): a failure being shrunk is recorded as
+    shrunk so far; without one the cell stops."""
+    import time
+    from types import SimpleNamespace
+
+    ref = two_bugs(tmp_path)
+    impl = interface.load(ref)
+    configs = presets.configs("deepseek-v3", "routing")
+    quick = settings(max_examples=200, database=None, derandomize=True)
+    res = campaign.fuzz_cell(impl, ref, "routing", configs=configs, hypothesis_settings=quick,
+                             deadline=time.monotonic() - 1)
+    assert res.examples == 0 and res.finding is None
+    failed, rows = [], []
+
+    def record(row):
+        rows.append(row)
+        if row["kind"]:
+            failed.append(row)
+
+    # the budget runs out right after the first failure
+    monkeypatch.setattr(campaign, "time", SimpleNamespace(monotonic=lambda: 1e12 if failed else time.monotonic()))
+    res = campaign.fuzz_cell(impl, ref, "routing", configs=configs, hypothesis_settings=quick, record=record,
+                             fixtures_root=tmp_path / "fx", deadline=1e11)
+    assert res.finding and res.fixture and len(failed) == 1 and rows[-1]["kind"], (len(rows), len(failed))
