@@ -87,15 +87,19 @@ def _worker(w, args, out, deadline, queue, stop):
         cells = _cells(args.impl, args.op, args.model)
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
-        db = args.db or str(out / "db")
+        db, local_db = args.db or str(out / "db"), out / "db"
+        if args.redis_warned:  # the parent has said so, once for the campaign
+            campaign.redis_down(db)
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
                       stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None)
         if args.max_examples is None:
-            runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, **common)
+            runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, local_db=local_db,
+                                        **common)
         else:
             runs = (
                 (cell, campaign.fuzz_cell(*cell[:3], configs=cell[3], run_seed=args.seed * 64 + w,
-                                          hypothesis_settings=campaign.cli_settings(args.max_examples, db),
+                                          hypothesis_settings=campaign.cli_settings(
+                                              args.max_examples, db, cell[0].name, local_db),
                                           **common))
                 for cell in cells
             )
@@ -208,6 +212,8 @@ def _free_dir(path, flag):
 
 
 def cmd_fuzz(args):
+    from . import campaign
+
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
     if args.max_examples is not None and args.max_examples < 1:
@@ -216,7 +222,12 @@ def cmd_fuzz(args):
     _finite(args.timeout, "--timeout", 0, False)
     _finite(args.first_timeout, "--first-timeout", 0, False)
     _free_dir(args.out, "--out")
-    _free_dir(args.db, "--db")
+    args.db = args.db or os.environ.get("DIFFTEST_DB") or None
+    args.redis_warned = False
+    if args.db and campaign.is_redis(args.db):
+        _redis_url(args.db)
+    else:
+        _free_dir(args.db, "--db")
     args.impl = args.impl or _default_impls()
     args.op = args.op or list(OPS)
     if args.model:
@@ -233,7 +244,19 @@ def cmd_fuzz(args):
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}")
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
+    if args.db and campaign.is_redis(args.db):  # unreachable: one warning line here, none from the workers
+        args.redis_warned = not campaign.redis_reachable(args.db)
     return run_campaign(args, out)
+
+
+def _redis_url(url):
+    """A redis://HOST:PORT[/N] URL the client accepts, and the client installed; else a one-line error."""
+    from . import campaign
+
+    try:
+        campaign.redis_client(url)
+    except ValueError as e:
+        raise UsageError(f"--db {url}: {e}" if not str(e).startswith("--db") else str(e)) from None
 
 
 def _collect(procs, queue, stop, received, t0, budget, out):
@@ -521,7 +544,8 @@ def parser():
     f.add_argument("--out", help="run directory (default runs/<timestamp>); format in difftest/rundir.md")
     f.add_argument("--special", action="store_true", help="also draw NaN/Inf input distributions")
     f.add_argument(
-        "--db", help="shared Hypothesis example database directory (default DIFFTEST_DB or OUT/db)"
+        "--db", help="Hypothesis example database: a directory, or redis://HOST:PORT[/N] shared by many machines "
+                     "and multiplexed with OUT/db (default DIFFTEST_DB, else OUT/db)"
     )
     _timeouts(f)
     r = sub.add_parser("replay", help="replay fixtures against every available implementation")
