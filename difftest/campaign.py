@@ -243,9 +243,32 @@ def redis_down(url, error=None):
         _REDIS_WARNED.add(url)
     elif url not in _REDIS_WARNED:
         _REDIS_WARNED.add(url)
+        if not _first_to_warn():
+            return
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"difftest: warning: Redis {url} unreachable ({reason}): examples go to the local database only "
               f"(retried every {REDIS_RETRY_S:g} s)", file=sys.stderr, flush=True)
+
+
+def warn_once_per(marker):
+    """Processes that share `marker` (a path: a campaign's workers and their parent) warn once between them."""
+    global _REDIS_MARKER
+    _REDIS_MARKER = marker
+
+
+_REDIS_MARKER = None
+
+
+def _first_to_warn():
+    if _REDIS_MARKER is None:
+        return True
+    try:
+        os.close(os.open(_REDIS_MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:  # an unwritable run directory: better twice than never
+        pass
+    return True
 
 
 def redis_reachable(url):

@@ -88,8 +88,7 @@ def _worker(w, args, out, deadline, queue, stop):
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
         db, local_db = args.db or str(out / "db"), out / "db"
-        if args.redis_warned:  # the parent has said so, once for the campaign
-            campaign.redis_down(db)
+        campaign.warn_once_per(out / "difftest-workers" / "redis-warned")
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
                       stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None)
         if args.max_examples is None:
@@ -223,7 +222,6 @@ def cmd_fuzz(args):
     _finite(args.first_timeout, "--first-timeout", 0, False)
     _free_dir(args.out, "--out")
     args.db = args.db or os.environ.get("DIFFTEST_DB") or None
-    args.redis_warned = False
     if args.db and campaign.is_redis(args.db):
         _redis_url(args.db)
     else:
@@ -244,8 +242,12 @@ def cmd_fuzz(args):
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}")
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    if args.db and campaign.is_redis(args.db):  # unreachable: one warning line here, none from the workers
-        args.redis_warned = not campaign.redis_reachable(args.db)
+    if args.db and campaign.is_redis(args.db):  # one warning line for the campaign, here or from one worker
+        (out / "difftest-workers").mkdir(exist_ok=True)
+        marker = out / "difftest-workers" / "redis-warned"
+        marker.unlink(missing_ok=True)
+        campaign.warn_once_per(marker)
+        campaign.redis_reachable(args.db)
     return run_campaign(args, out)
 
 
