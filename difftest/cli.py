@@ -1,5 +1,5 @@
-"""`python -m difftest`: fuzz, replay, report, impls, show, mutants. Exit codes: 0 clean, 1 findings, 2 usage or bad
-input (one line on stderr, no traceback; nothing run, nothing written)."""
+"""`python -m difftest`: fuzz, replay, report, merge, impls, show, mutants. Exit codes: 0 clean, 1 findings, 2 usage
+or bad input (one line on stderr, no traceback; nothing run, nothing written)."""
 
 import argparse
 import json
@@ -325,7 +325,7 @@ def _kind(path):
 def run_campaign(args, out):
     """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
     workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
-    from . import campaign, report
+    from . import campaign, merge, report
 
     for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
         print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)
@@ -369,6 +369,7 @@ def run_campaign(args, out):
             "worker_errors": errors,
             "interrupted": received[0] if received else None,
             "compared": compared,
+            "host": merge.host_info(),
         }
     )
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -516,6 +517,20 @@ def cmd_report(args):
     return report.main([args.run_dir] + ([] if args.top is None else ["--top", str(args.top)]))
 
 
+def cmd_merge(args):
+    from . import merge, report
+
+    summary = merge.merge(args.run_dirs, args.out)
+    hosts = summary["hosts"]
+    print(f"merged {len(args.run_dirs)} run directories from {len(hosts)} hosts into {args.out}: "
+          f"{summary['cases']} cases, {len(summary['findings'])} findings, "
+          f"{len(list(Path(args.out).glob('fixtures/*/case.json')))} fixtures")
+    for name, h in hosts.items():
+        print(f"  {name}: {h['cases']} cases {h['status']}")
+    print(report.maybe_render(args.out))
+    return 0
+
+
 def _timeouts(p):
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per-case limit for implementations that may crash or hang (default "
@@ -559,6 +574,9 @@ def parser():
     rp = sub.add_parser("report", help="render RUN_DIR/report.html and report.json from a run directory")
     rp.add_argument("run_dir", help="a run directory written by python -m difftest fuzz --out DIR")
     rp.add_argument("--top", type=int, help="worst cases listed")
+    m = sub.add_parser("merge", help="merge run directories from many hosts into one (per-host provenance kept)")
+    m.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (fuzz --out, or merged)")
+    m.add_argument("--out", required=True, help="the merged run directory (new)")
     sub.add_parser("impls", help="list implementations and why any is unavailable")
     s = sub.add_parser("show", help="a fixture's case, recipe and current diff")
     s.add_argument("fixture")
@@ -566,7 +584,8 @@ def parser():
 
 
 COMMANDS = {
-    "fuzz": cmd_fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show
+    "fuzz": cmd_fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show,
+    "merge": cmd_merge,
 }
 
 
