@@ -378,8 +378,10 @@ def fuzz_cell(
             raise _Enough()
         raise Finding(result.message)
 
+    # on the inner function: Hypothesis digests that one (set on the @given wrapper it was ignored, and every
+    # cell of an implementation shared one key, replaying and then discarding each other's examples)
+    check._hypothesis_internal_add_digest = database_key(impl, op, impl_ref, configs, weight_seed)
     test = given(strategies.cases(op, configs, special=special, weight_seed=weight_seed))(check)
-    test._hypothesis_internal_add_digest = database_key(impl, op, impl_ref, configs, weight_seed)
     if run_seed is not None:  # before the settings: @seed alone sets database=None (Hypothesis 6.1xx)
         test = hypothesis_seed(run_seed)(test)
     if hypothesis_settings is not None:
