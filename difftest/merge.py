@@ -73,7 +73,7 @@ def _rows(run_dir):
             raise
         summary_path = Path(run_dir) / "summary.json"
         if not summary_path.is_file():
-            raise ReportError(f"{run_dir}: neither cases.jsonl nor summary.json (not a difftest run directory)") from None
+            raise ReportError(f"{run_dir}: neither cases.jsonl nor summary.json (not a run directory)") from None
         rows, summary, notes = [], json.loads(summary_path.read_text()), ["no cases.jsonl: summary only"]
     return rows, summary, notes
 
