@@ -91,3 +91,22 @@ def test_merge_refuses_an_existing_run_as_out(runs):
     cpu, h200 = runs
     r = difftest("merge", str(h200), "--out", str(cpu))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "holds a run directory already" in r.stderr, r.stderr
+
+
+def test_a_summary_only_run_merges_with_its_counts_and_a_single_run_reports_its_host(runs, tmp_path):
+    """GPU sessions copied back summary.json alone (campaigns/h200/s3_call4): it merges as a host row with the
+    summary's counts and no case rows; a single fuzz run's report has its own host as the one row."""
+    cpu, _ = runs
+    only = tmp_path / "nogemm_dsv3"
+    only.mkdir()
+    shutil.copy(ROOT / "campaigns" / "h200" / "s3_call4" / "nogemm_dsv3.summary.json", only / "summary.json")
+    summary = json.loads((only / "summary.json").read_text())
+    out = tmp_path / "merged"
+    r = difftest("merge", str(cpu), str(only), "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(cases(out)) == len(cases(cpu))
+    hosts = {h["host"]: h for h in json.loads((out / "report.json").read_text())["hosts"]}
+    assert hosts["nogemm_dsv3"]["cases"] == summary["cases"] and hosts["nogemm_dsv3"]["status"] == summary["status"]
+
+    single = json.loads((cpu / "report.json").read_text())["hosts"]
+    assert [h["host"] for h in single] == [merge.host_info()["hostname"]] and single[0]["cases"] == len(cases(cpu))
