@@ -229,9 +229,11 @@ def redis_client(url):
         try:
             import redis
         except ImportError:
-            raise ValueError(f"--db {url}: the redis client is not installed "
-                             "(pip install 'moe-difftest[redis]')") from None
-        _REDIS_CLIENTS[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+            raise ValueError(f"{url}: the redis client is not installed (pip install 'moe-difftest[redis]')") from None
+        try:
+            _REDIS_CLIENTS[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        except ValueError as e:
+            raise ValueError(f"{url}: {e}") from None
     return _REDIS_CLIENTS[url]
 
 

@@ -258,7 +258,7 @@ def _redis_url(url):
     try:
         campaign.redis_client(url)
     except ValueError as e:
-        raise UsageError(f"--db {url}: {e}" if not str(e).startswith("--db") else str(e)) from None
+        raise UsageError(f"--db {e}") from None
 
 
 def _collect(procs, queue, stop, received, t0, budget, out):

@@ -43,11 +43,18 @@ def host_of(run_dir, summary):
     run_dir = Path(run_dir)
     if isinstance(summary.get("host"), dict):
         return summary["host"]
-    if (run_dir / HOST_FILE).is_file():
-        return json.loads((run_dir / HOST_FILE).read_text())
-    for meta_path in sorted(run_dir.glob("fixtures/*/case.json")):
-        meta = json.loads(meta_path.read_text())
-        return {"hostname": None, "device": meta.get("device"), "gpus": [], "packages": meta.get("packages", {})}
+    for path in [run_dir / HOST_FILE] + sorted(run_dir.glob("fixtures/*/case.json")):
+        if not path.is_file():
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except ValueError as e:
+            raise ReportError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(record, dict):
+            raise ReportError(f"{path}: must hold a JSON object")
+        if path.name == HOST_FILE:
+            return record
+        return {"hostname": None, "device": record.get("device"), "gpus": [], "packages": record.get("packages", {})}
     return {"hostname": None, "gpus": [], "packages": {}}
 
 
@@ -74,7 +81,11 @@ def _rows(run_dir):
         summary_path = Path(run_dir) / "summary.json"
         if not summary_path.is_file():
             raise ReportError(f"{run_dir}: neither cases.jsonl nor summary.json (not a run directory)") from None
-        rows, summary, notes = [], json.loads(summary_path.read_text()), ["no cases.jsonl: summary only"]
+        try:
+            summary = json.loads(summary_path.read_text())
+        except ValueError as e:
+            raise ReportError(f"{summary_path}: not valid JSON ({e})") from None
+        rows, notes = [], ["no cases.jsonl: summary only"]
     return rows, summary, notes
 
 
@@ -85,12 +96,14 @@ def merge(run_dirs, out):
     out = Path(out)
     if (out / "cases.jsonl").exists() or (out / "summary.json").exists():
         raise ReportError(f"--out {out} holds a run directory already; merge into a new directory")
-    runs, rows, seen_rows, fixture_index, findings = [], [], set(), {}, []
-    for run_dir in map(Path, run_dirs):
+    loaded = []
+    for run_dir in map(Path, run_dirs):  # every input read before anything is written: a bad one writes nothing
         if run_dir.resolve() == out.resolve():
             raise ReportError(f"{run_dir} is the --out directory")
         run_rows, summary, notes = _rows(run_dir)
-        host = host_of(run_dir, summary)
+        loaded.append((run_dir, run_rows, summary, notes, host_of(run_dir, summary)))
+    runs, rows, seen_rows, fixture_index, findings = [], [], set(), {}, []
+    for run_dir, run_rows, summary, notes, host in loaded:
         merged_before = summary.get("hosts")  # a merged directory merged again keeps its rows' hosts
         name = label(run_dir, host)
         kept = 0

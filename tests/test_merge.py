@@ -87,10 +87,16 @@ def test_merging_again_is_idempotent_and_fixtures_are_kept_by_content(runs, tmp_
     assert sorted(len(v["hosts"]) for v in index.values()) == [1, 1] + [2] * (H200_FIXTURES - 1)
 
 
-def test_merge_refuses_an_existing_run_as_out(runs):
+def test_merge_refuses_an_existing_run_as_out_and_a_bad_run_writing_nothing(runs, tmp_path):
     cpu, h200 = runs
     r = difftest("merge", str(h200), "--out", str(cpu))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "holds a run directory already" in r.stderr, r.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "summary.json").write_text("{")
+    r = difftest("merge", str(h200), str(bad), "--out", str(tmp_path / "merged"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "summary.json: not valid JSON" in r.stderr, r.stderr
+    assert not (tmp_path / "merged").exists()
 
 
 def test_a_summary_only_run_merges_with_its_counts_and_a_single_run_reports_its_host(runs, tmp_path):
