@@ -119,6 +119,8 @@ def merge(run_dirs, out):
             fixture = Path(str(f.get("fixture") or "")).name
             target = names.get(fixture)
             entry = {**f, "host": f.get("host") or name, "fixture": str(out / "fixtures" / target) if target else None}
+            if target and f.get("fixture") and isinstance(f.get("message"), str):  # replay from the merged copy
+                entry["message"] = f["message"].replace(str(f["fixture"]), entry["fixture"])
             if target is None or all(g["fixture"] != entry["fixture"] for g in findings):
                 findings.append(entry)
         runs.append({"host": name, "source": str(run_dir.resolve()), "host_info": host, "cases": len(run_rows),

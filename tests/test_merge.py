@@ -58,6 +58,8 @@ def test_merge_two_hosts_renders_one_report_with_a_row_per_host(runs, tmp_path):
     assert here["cases"] == len(cases(cpu)) and here["findings"] == 0
     assert report["totals"]["cases"] == len(rows) and len(report["findings"]) == H200_FIXTURES
     assert all(f["host"] == "h200/h200_tg_asbuilt" and f["fixture"] for f in report["findings"])
+    merged_findings = json.loads((out / "summary.json").read_text())["findings"]
+    assert all(f"replay: python -m difftest replay {f['fixture']}" in f["message"] for f in merged_findings)
     page = (out / "report.html").read_text()
     assert "NVIDIA H200 (driver 580.159.04)" in page and 'id="hosts"' in page
 
