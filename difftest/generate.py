@@ -290,14 +290,16 @@ def _e4m3_codes(seed, name, shape):
 
 
 def _dev_values(seed, dist, name, shape, dtype):
-    """Values of a named distribution on the dtype's grid (float32), e4m3 as uint8 codes."""
+    """Values of a named distribution on the dtype's grid (float32), e4m3 as uint8 codes; zero_block: whole
+    128-column blocks of zeros (a third of them), the FLT_MIN floor of the DeepSeek FP8 scale."""
     if dtype == "e4m3":
-        return _e4m3_codes(seed, name, shape)
-    z = normal(seed, name, shape) * {"large": 2.0**6, "tiny": 2.0**-14}.get(dist, 1.0)
-    if dist == "zero_block":  # whole 128-column blocks of zeros: the FLT_MIN scale floor
+        z = _e4m3_codes(seed, name, shape)
+    else:
+        z = round_to_dtype(normal(seed, name, shape) * {"large": 2.0**6, "tiny": 2.0**-14}.get(dist, 1.0), dtype)
+    if dist == "zero_block":
         cols = np.arange(shape[1]) // 128
-        z = np.where(integers(seed, name + "_zero", (shape[0], cols[-1] + 1), 3)[:, cols] == 0, 0.0, z)
-    return round_to_dtype(z, dtype)
+        z = np.where(integers(seed, name + "_zero", (shape[0], cols[-1] + 1), 3)[:, cols] == 0, 0, z)
+    return z
 
 
 def dev_kernel_inputs(seed, dist, c):
