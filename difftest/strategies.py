@@ -199,7 +199,7 @@ def dev_kernel_configs(draw, kernel=None):
     return DevKernelConfig(
         kernel=kernel,
         num_tokens=draw(num_tokens().filter(lambda n: n >= 1), label="num_tokens"),
-        hidden_size=draw(_sizes_of(step, min(MAX_HIDDEN, 384)), label="hidden_size"),
+        hidden_size=draw(_sizes_of(step, MAX_HIDDEN), label="hidden_size"),
         top_k=draw(st.integers(1, 10), label="top_k"),
         num_experts=draw(st.integers(1, 8), label="num_experts"),
         tile_tokens_dim=draw(st.sampled_from([8, 16, 32, 64, 128]), label="tile_tokens_dim"),
