@@ -24,6 +24,7 @@ from spec.recipes import QUANT_VARIANTS
 from .case import (
     ACTIVATIONS,
     BIAS_DTYPES,
+    DEV_DTYPES,
     DEV_KERNELS,
     LOGIT_DTYPES,
     OPS,
@@ -60,11 +61,12 @@ ENUM_AXES = (
     ("scale layout", ("quant",), "layout", SCALE_LAYOUTS),
     ("quant variant", ("quant",), "variant", QUANT_VARIANTS),
     ("dev kernel", ("trtllm_ops",), "kernel", DEV_KERNELS),
+    ("element dtype", ("trtllm_ops",), "dtype", DEV_DTYPES),
 )
 SHAPE_AXES = (  # (title, ops, configuration field, smallest valid value)
     ("tokens", OPS, "num_tokens", 0),
-    ("experts", ("routing", "moe"), "num_experts", 1),
-    ("top_k", ("routing", "moe"), "top_k", 1),
+    ("experts", ("routing", "moe", "trtllm_ops"), "num_experts", 1),
+    ("top_k", ("routing", "moe", "trtllm_ops"), "top_k", 1),
     ("hidden size", ("quant", "moe", "trtllm_ops"), "hidden_size", 1),
     ("intermediate size", ("moe",), "intermediate_size", 1),
 )

@@ -345,5 +345,6 @@ def gated_activation(gate, up, y, alpha=1.0, beta=0.0):
 
 
 def fp32_accumulation(terms_abs, m):
-    """|acc' − Σ| for m exact terms accumulated in fp32 by FMAs in any order: γ_m(u)·Σ|terms| + m·2^-126 (FTZ)."""
+    """|acc' − Σ| for m exact terms accumulated in fp32 by FMAs in any order: γ_m(u)·Σ|terms| + m·2^-126
+    (FTZ)."""
     return gamma(m, U32) * terms_abs + m * FP32.min_normal
