@@ -5,6 +5,8 @@ kernels compute. Routing enters as ``expanded_idx_to_permuted_idx`` [T, K] (spec
 permuted row of token t's k-th expert, -1 where that expert is not local.
 """
 
+import functools
+
 import numpy as np
 
 from .mlp import sigmoid
@@ -54,14 +56,29 @@ def requant_deepseek_fp8(y, rcp=hopper_rcp):
     return encode(v, E4M3FN, saturate=True).reshape(rows, cols), np.ascontiguousarray(s.T)
 
 
-def finalize(x, expanded_idx_to_permuted_idx, expert_weights=None, hidden=None):
+def finalize(x, expanded_idx_to_permuted_idx, expert_weights=None, hidden=None, order=None):
     """out[t, h] = Σ_k w[t, k]·x[p(t, k), h] over k with p >= 0, h < hidden; w = 1 when absent; an all-unmapped
-    token is 0. [P, H_padded] -> [T, hidden] float64, exact (the caller rounds once to the output dtype)."""
+    token is 0. [P, H_padded] -> [T, hidden] float64 (the caller rounds once to the output dtype). order None:
+    exact; "in_order": fp32 FMAs over k = 0, 1, ... from 0; an int k_split: the small-batch kernel's groups
+    g < k_split, each FMAs over k = g, g + k_split, ... from 0, then fp32 adds of the groups in order."""
     e2p = np.asarray(expanded_idx_to_permuted_idx)
     x = np.asarray(x, np.float64)[:, : hidden or np.shape(x)[1]]
     w = np.ones(e2p.shape) if expert_weights is None else np.asarray(expert_weights, np.float64)
-    w = np.where(e2p >= 0, w, 0.0)
-    return np.einsum("tk,tkh->th", w, x[np.maximum(e2p, 0)])
+    terms = np.where(e2p >= 0, w, 0.0)[..., None] * x[np.maximum(e2p, 0)]  # [T, K, hidden], exact products
+    if order is None:
+        return terms.sum(axis=1)
+    k_split = 1 if order == "in_order" else order
+    groups = [fp32_fma_sum(terms[:, g::k_split]) for g in range(k_split)]
+    return functools.reduce(lambda a, b: round_to(a + b, FP32).astype(np.float64), groups)
+
+
+def fp32_fma_sum(terms):
+    """acc = fl32(acc + term) over axis 1 in order from 0: one FFMA each (the float64 sum of an fp32 value and an
+    exact bf16/fp16/e4m3 × bf16 product is exact or too far from an fp32 midpoint to move the rounding)."""
+    acc = np.zeros((terms.shape[0], *terms.shape[2:]))
+    for k in range(terms.shape[1]):
+        acc = round_to(acc + terms[:, k], FP32).astype(np.float64)
+    return acc
 
 
 def sf_offset(i, j, num_cols, layout):

@@ -45,6 +45,31 @@ def test_finalize_skips_unmapped_slots_and_weighs_the_rest():
     assert out[:, 0].tolist() == [200.5, 0.0, 40.0]
 
 
+def test_finalize_order_is_a_recipe():
+    """Terms 1, 2^-24, -1, 2^-24: in order, 1 + 2^-24 rounds back to 1 and one 2^-24 is lost; k_split 2 sums
+    (1 + -1) + (2^-24 + 2^-24) and loses nothing. Interleaved the other way, the two orders swap."""
+    x = np.array([[1.0], [2.0**-24], [-1.0], [2.0**-24]])
+    e2p = np.array([[0, 1, 2, 3]])
+    assert trtllm_ops.finalize(x, e2p)[0, 0] == 2.0**-23
+    assert trtllm_ops.finalize(x, e2p, order="in_order")[0, 0] == 2.0**-24
+    assert trtllm_ops.finalize(x, e2p, order=2)[0, 0] == 2.0**-23
+    assert trtllm_ops.finalize(x[[0, 2, 1, 3]], e2p, order="in_order")[0, 0] == 2.0**-23
+    assert trtllm_ops.finalize(x[[0, 2, 1, 3]], e2p, order=2)[0, 0] == 2.0**-24
+
+
+@settings(max_examples=60)
+@given(case=strategies.cases("trtllm_ops", configs=strategies.dev_kernel_configs("finalize")))
+def test_torch_finalize_is_the_in_order_recipe_bit_for_bit(case):
+    """torch sums k in order in fp32 with exact products: the spec's "in_order" recipe exactly."""
+    from difftest.impl_spec import dev_store, dev_values
+
+    inputs = generate.inputs(case)
+    x, e2p = dev_values(inputs["gemm2_out"], case.config.dtype), inputs["expanded_idx_to_permuted_idx"]
+    want = dev_store(trtllm_ops.finalize(x, e2p, inputs.get("expert_weights"), order="in_order"), case.config.dtype)
+    got = TORCH.run(case, inputs)["out"]
+    assert np.array_equal(got, want), np.argwhere(got != want)[:3]
+
+
 @pytest.mark.parametrize("layout", trtllm_ops.SF_LAYOUTS)
 def test_convertsf_inverts_the_adapters_swizzle(layout):
     """Two derivations of SfLayoutDecl.h: the spec's offset formulas and _trtllm_gen_ops' reshapes."""
