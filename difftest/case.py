@@ -121,6 +121,7 @@ class DevKernelConfig:
     dtype: str = "bf16"  # element dtype: bf16 | fp16 | e4m3 (activation_deepseek_fp8: e4m3; convertsf: bytes)
     swiglu_controls: bool = False  # activations: per-expert alpha, beta, clamp_limit
     weighted: bool = True  # finalize: expert weights (False: w = 1)
+    hidden_padding: int = 0  # finalize: gemm2_out is [P, hidden_size + hidden_padding] (hiddenDimPadded)
     sf_layout: str = "R128c4"  # convertsf's source layout
 
 
@@ -274,6 +275,8 @@ def check_dev_kernel(c):
     _require(c.kernel != "activation" or c.dtype != "e4m3", "activation takes bf16 or fp16 (e4m3: the DeepSeek one)")
     _require(c.kernel != "activation_deepseek_fp8" or c.dtype == "e4m3", "activation_deepseek_fp8 takes e4m3")
     _require(not c.swiglu_controls or c.kernel.startswith("activation"), "swiglu_controls are the activations'")
+    _require(c.hidden_padding == 0 or (c.kernel == "finalize" and c.hidden_padding > 0 and c.hidden_padding % 16 == 0),
+             f"hidden_padding={c.hidden_padding} must be 0, or for finalize a positive multiple of 16 (16-byte rows)")
 
 
 CHECKS = {"routing": check_routing, "quant": check_quant, "moe": check_moe, "trtllm_ops": check_dev_kernel}

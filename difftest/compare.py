@@ -661,8 +661,8 @@ def compare_trtllm_ops(case, inputs, out, recipe, tag):
     e2p = inputs["expanded_idx_to_permuted_idx"]
     if c.kernel == "finalize":
         x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs.get("expert_weights")
-        v = trtllm_ops.finalize(x, e2p, w)
-        terms = trtllm_ops.finalize(np.abs(x), e2p, None if w is None else np.abs(w))
+        v = trtllm_ops.finalize(x, e2p, w, c.hidden_size)
+        terms = trtllm_ops.finalize(np.abs(x), e2p, None if w is None else np.abs(w), c.hidden_size)
         return _stored("out", out["out"], v, bounds.fp32_accumulation(terms, c.top_k), c.dtype, tag)
     x, controls = impl_spec.activation_args(c, inputs)
     y, half = trtllm_ops.gated_activation(x, **controls), x.shape[1] // 2

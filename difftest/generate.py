@@ -328,7 +328,7 @@ def dev_kernel_inputs(seed, dist, c):
         out["num_padded_tokens"] = np.array(P, np.int32)
         return out
     if c.kernel == "finalize":
-        out["gemm2_out"] = values("gemm2_out", (P, H), c.dtype)
+        out["gemm2_out"] = values("gemm2_out", (P, H + c.hidden_padding), c.dtype)
         if c.weighted:
             out["expert_weights"] = round_bf16(uniform(seed, "weights", (T, K)))
         return out

@@ -191,7 +191,7 @@ def dev_kernel(config, inputs):
         return out
     if c.kernel == "finalize":
         x = dev_values(inputs["gemm2_out"], c.dtype)
-        return {"out": dev_store(trtllm_ops.finalize(x, e2p, inputs.get("expert_weights")), c.dtype)}
+        return {"out": dev_store(trtllm_ops.finalize(x, e2p, inputs.get("expert_weights"), c.hidden_size), c.dtype)}
     x, controls = activation_args(c, inputs)
     y = trtllm_ops.gated_activation(x, **controls)
     rows = mapped_rows(inputs, x.shape[0])[:, None]

@@ -154,7 +154,7 @@ def _trtllm_ops(case, inputs, device):
     if c.kernel == "finalize":
         w = inputs.get("expert_weights")
         w = None if w is None else tensor(w, "bf16", device)
-        return {"out": numpy(te_ops.finalize(dev_tensor(inputs["gemm2_out"], c.dtype, device), e2p, w))}
+        return {"out": numpy(te_ops.finalize(dev_tensor(inputs["gemm2_out"], c.dtype, device), e2p, w, c.hidden_size))}
     controls = {k: t[k] for k in ("alpha", "beta", "clamp_limit", "cta_idx_xy_to_batch_idx") if k in t}
     if controls:
         controls["tile_tokens_dim"] = c.tile_tokens_dim

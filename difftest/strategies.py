@@ -206,6 +206,7 @@ def dev_kernel_configs(draw, kernel=None):
         dtype=dtype,
         swiglu_controls=kernel.startswith("activation") and draw(st.booleans(), label="swiglu_controls"),
         weighted=kernel != "finalize" or draw(st.booleans(), label="weighted"),
+        hidden_padding=draw(st.sampled_from([0, 16, 128]), label="hidden_padding") if kernel == "finalize" else 0,
         sf_layout=layout,
     )
 

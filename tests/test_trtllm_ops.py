@@ -65,7 +65,8 @@ def test_torch_finalize_is_the_in_order_recipe_bit_for_bit(case):
 
     inputs = generate.inputs(case)
     x, e2p = dev_values(inputs["gemm2_out"], case.config.dtype), inputs["expanded_idx_to_permuted_idx"]
-    want = dev_store(trtllm_ops.finalize(x, e2p, inputs.get("expert_weights"), order="in_order"), case.config.dtype)
+    w, hidden = inputs.get("expert_weights"), case.config.hidden_size
+    want = dev_store(trtllm_ops.finalize(x, e2p, w, hidden, order="in_order"), case.config.dtype)
     got = TORCH.run(case, inputs)["out"]
     assert np.array_equal(got, want), np.argwhere(got != want)[:3]
 

@@ -64,7 +64,7 @@ def run(config, inputs, device="cuda"):
     elif c.kernel == "finalize":
         w = inputs.get("expert_weights")
         out = {"out": ops.finalize(_tensor(inputs["gemm2_out"], c.dtype, device), t["expanded_idx_to_permuted_idx"],
-                                   None if w is None else _tensor(w, "bf16", device))}
+                                   None if w is None else _tensor(w, "bf16", device), hidden=c.hidden_size)}
     else:
         controls = {k: t[k] for k in ("alpha", "beta", "clamp_limit", "cta_idx_xy_to_batch_idx") if k in t}
         if controls:
