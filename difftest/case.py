@@ -39,7 +39,8 @@ LOGIT_DTYPES = ("fp32", "bf16", "fp16")
 BIAS_DTYPES = ("fp32", "bf16")
 QUANT_INPUT_DTYPES = ("bf16", "fp16", "fp32")
 MAX_TILE_TOKENS = 256
-DEV_KERNELS = ("permute", "activation", "activation_deepseek_fp8", "convertsf", "finalize")  # trtllm_ops
+DEV_KERNELS = ("permute", "activation", "activation_deepseek_fp8", "convertsf", "finalize",  # trtllm_ops
+               "finalize_deepseek_fp8")
 DEV_DTYPES = ("bf16", "fp16", "e4m3")
 SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")
 # Fields added after fixtures existed: written only when they differ from these defaults, so every older
@@ -269,12 +270,13 @@ def check_dev_kernel(c):
     _require(c.dtype in DEV_DTYPES, f"dtype {c.dtype!r} is not one of {DEV_DTYPES}")
     _require(c.sf_layout in SF_LAYOUTS, f"sf_layout {c.sf_layout!r} is not one of {SF_LAYOUTS}")
     block = {"activation": 64, "activation_deepseek_fp8": 128, "convertsf": 16 if c.sf_layout == "R8c16" else 4,
-             "permute": 128 if c.dtype == "e4m3" else 1, "finalize": 16}[c.kernel]
+             "permute": 128 if c.dtype == "e4m3" else 1, "finalize": 16, "finalize_deepseek_fp8": 128}[c.kernel]
     _require(c.hidden_size >= 1 and c.hidden_size % block == 0,
              f"hidden_size={c.hidden_size} must be a positive multiple of {block} for {c.kernel} ({c.dtype})")
     _require(c.kernel != "activation" or c.dtype != "e4m3", "activation takes bf16 or fp16 (e4m3: the DeepSeek one)")
     _require(c.kernel != "activation_deepseek_fp8" or c.dtype == "e4m3", "activation_deepseek_fp8 takes e4m3")
     _require(not c.swiglu_controls or c.kernel.startswith("activation"), "swiglu_controls are the activations'")
+    _require(c.weighted or c.kernel != "finalize_deepseek_fp8", "finalize_deepseek_fp8 reads its expert weights")
     _require(c.hidden_padding == 0 or (c.kernel == "finalize" and c.hidden_padding > 0 and c.hidden_padding % 16 == 0),
              f"hidden_padding={c.hidden_padding} must be 0, or for finalize a positive multiple of 16 (16-byte rows)")
 

@@ -619,30 +619,42 @@ def _interval(name, got, lo, hi, tag):
                                   f"the allowance reaches ({len(bad)} of {got.size}) [{tag}]")
 
 
-def _requant_deepseek_fp8(out, y, delta, rows, tag):
-    """Scales and codes by the interval rule: amax within [max(|y| - δ), max(|y| + δ)] per block gives the scales
-    deepseek_scale can reach; with the implementation's own scale s, y'·rcp(s) within (y ± δ)·(1/s)·(1 ± ε)
-    (ε: MUFU.RCP and the fp32 product) gives, by monotone rounding, the codes it can reach."""
+def _requant_deepseek_fp8(out, y, delta, rows, tag, floor=FP32.min_normal, dtype="e4m3"):
+    """Scales and stored values by the interval rule: amax within [max(|y| - δ), max(|y| + δ)] per block gives the
+    scales deepseek_scale can reach (floor 0: a scale that FTZ may flush to 0 may be 0); with the implementation's
+    own scale s, y'·rcp(s) within (y ± δ)·(1/s)·(1 ± ε) (ε: MUFU.RCP and the fp32 product) gives, by monotone
+    rounding, the values it can store. A block with s = 0 (floor 0) stores y'·inf: NaN, ±inf or ±max."""
     P, I = y.shape
+    fmt = as_format(impl_spec.DEV_FORMATS[dtype])
     a, d = np.abs(y).reshape(P, I // 128, 128), delta.reshape(P, I // 128, 128)
-    s_lo = trtllm_ops.deepseek_scale(np.max(np.maximum(a - d, 0), axis=-1)).T.astype(np.float64)
-    s_hi = trtllm_ops.deepseek_scale(np.max(a + d, axis=-1)).T.astype(np.float64)
+    s_lo = trtllm_ops.deepseek_scale(np.max(np.maximum(a - d, 0), axis=-1), floor).T.astype(np.float64)
+    s_lo = np.where(s_lo < FP32.min_normal, 0.0, s_lo)
+    s_hi = trtllm_ops.deepseek_scale(np.max(a + d, axis=-1), floor).T.astype(np.float64)
     s = np.asarray(out["out_scale"], np.float64)
     if s.shape != s_lo.shape:
         return Verdict(False, np.inf, f"out_scale has shape {s.shape} but spec has {s_lo.shape} [{tag}]")
     v = _interval("out_scale", np.where(rows.T, s, 0), np.where(rows.T, s_lo, 0), np.where(rows.T, s_hi, 0), tag)
     if not v.ok:
         return v
-    eps = bounds.MUFU_RCP_REL + 2 * U32
-    rcp = 1 / np.repeat(np.where(rows.T, s, 1.0).T, 128, axis=1)
-    ends = [(y + sign * delta) * rcp * (1 + e) for sign in (-1, 1) for e in (-eps, eps)]
-    lo = round_to(np.minimum.reduce(ends), E4M3FN, saturate=True).astype(np.float64)
-    hi = round_to(np.maximum.reduce(ends), E4M3FN, saturate=True).astype(np.float64)
-    got = impl_spec.dev_values(out["out"], "e4m3")
+    got = impl_spec.dev_values(out["out"], dtype)
     if got.shape != y.shape:
         return Verdict(False, np.inf, f"out has shape {got.shape} but spec has {y.shape} [{tag}]")
-    r = rows[:, None]
-    return worst(_interval("out (e4m3 value)", np.where(r, got, 0), np.where(r, lo, 0), np.where(r, hi, 0), tag),
+    s_el = np.repeat(s.T, 128, axis=1)
+    eps = bounds.MUFU_RCP_REL + 2 * U32
+    ends = [(y + sign * delta) / np.where(s_el > 0, s_el, 1.0) * (1 + e) for sign in (-1, 1) for e in (-eps, eps)]
+    lo = round_to(np.minimum.reduce(ends), fmt, saturate=True).astype(np.float64)
+    hi = round_to(np.maximum.reduce(ends), fmt, saturate=True).astype(np.float64)
+    r, zero = rows[:, None], s_el == 0
+    with np.errstate(invalid="ignore"):
+        special = np.isnan(got) | (np.abs(got) >= fmt.max)
+    bad = np.argwhere(r & zero & ~special)
+    if bad.size:
+        at = tuple(bad[0])
+        return Verdict(False, np.inf, f"out{fmt_index(at)}={got[at]:.9g} in a block whose scale is 0: y·rcp(0) is "
+                                      f"NaN, ±inf or ±max [{tag}]")
+    keep = r & ~zero
+    return worst(_interval(f"out ({dtype} value)", np.where(keep, got, 0), np.where(keep, lo, 0),
+                           np.where(keep, hi, 0), tag),
                  _zero_rows("out", out["out"], rows, tag), _zero_rows("out_scale", np.asarray(s).T, rows, tag))
 
 
@@ -650,7 +662,8 @@ def compare_trtllm_ops(case, inputs, out, recipe, tag):
     """permute, convertsf: bit-exact. activation: the rounding rule around the exact y with
     bounds.gated_activation's fp32 MUFU allowance, unmapped rows 0; DeepSeek FP8: scales and codes by the
     interval rule (_requant_deepseek_fp8). finalize: the rounding rule around the exact Σ_k w·x with
-    bounds.fp32_accumulation (any fp32 order: the small-batch k-split and the in-order kernels alike)."""
+    bounds.fp32_accumulation (any fp32 order: the small-batch k-split and the in-order kernels alike);
+    finalize_deepseek_fp8: that sum's δ through the interval rule of its unfloored requantization."""
     c = case.config
     want = impl_spec.dev_kernel(c, inputs)
     missing = sorted(set(want) - set(out))
@@ -659,6 +672,13 @@ def compare_trtllm_ops(case, inputs, out, recipe, tag):
     if c.kernel in ("permute", "convertsf"):
         return worst(*(_bit_exact(name, out[name], want[name], tag) for name in want))
     e2p = inputs["expanded_idx_to_permuted_idx"]
+    if c.kernel == "finalize_deepseek_fp8":
+        x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs["expert_weights"]
+        scale = inputs["gemm2_out_scale"]
+        acc = trtllm_ops.finalize_deepseek_fp8(x, scale, e2p, w)
+        terms = trtllm_ops.finalize_deepseek_fp8(np.abs(x), scale, e2p, np.abs(w))
+        delta = bounds.fp32_accumulation(terms, c.top_k)
+        return _requant_deepseek_fp8(out, acc, delta, np.ones(acc.shape[0], bool), tag, 0.0, c.dtype)
     if c.kernel == "finalize":
         x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs.get("expert_weights")
         v = trtllm_ops.finalize(x, e2p, w, c.hidden_size)

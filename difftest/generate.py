@@ -302,6 +302,12 @@ def _dev_values(seed, dist, name, shape, dtype):
     return z
 
 
+def _block_scales(seed, name, shape):
+    """DeepSeek FP8 block scales: 2^-(4..11)·[1, 2), so that e4m3 codes × scale stay well inside fp32."""
+    return (2.0 ** -(integers(seed, name + "_exp", shape, 8) + 4) * (1.0 + uniform(seed, name, shape))).astype(
+        np.float32)
+
+
 def dev_kernel_inputs(seed, dist, c):
     """The inputs of one trtllm-gen dev kernel: a routing permutation (spec/permutation.py) of random local
     experts (dist non_local: a quarter of the slots on another shard, -1; never for permute, which writes every
@@ -327,15 +333,16 @@ def dev_kernel_inputs(seed, dist, c):
             out["hidden_states_scale"] = (1.0 + uniform(seed, "scale", (H // 128, T))).astype(np.float32)
         out["num_padded_tokens"] = np.array(P, np.int32)
         return out
-    if c.kernel == "finalize":
+    if c.kernel.startswith("finalize"):
         out["gemm2_out"] = values("gemm2_out", (P, H + c.hidden_padding), c.dtype)
-        if c.weighted:
+        if c.weighted or c.kernel == "finalize_deepseek_fp8":
             out["expert_weights"] = round_bf16(uniform(seed, "weights", (T, K)))
+        if c.kernel == "finalize_deepseek_fp8":
+            out["gemm2_out_scale"] = _block_scales(seed, "gemm2_out_scale", (H // 128, P))
         return out
     out["gemm1_out"] = values("gemm1_out", (P, 2 * H), c.dtype)
     if c.kernel == "activation_deepseek_fp8":
-        out["gemm1_out_scale"] = (2.0 ** -(integers(seed, "scale_exp", (2 * H // 128, P), 8) + 4)
-                                  * (1.0 + uniform(seed, "scale", (2 * H // 128, P)))).astype(np.float32)
+        out["gemm1_out_scale"] = _block_scales(seed, "gemm1_out_scale", (2 * H // 128, P))
     if c.swiglu_controls:
         tiles = -(-P // c.tile_tokens_dim)
         map_ = np.zeros(tiles, np.int32)

@@ -144,6 +144,9 @@ def expert_permutation(config, ids):
             "num_non_exiting_ctas": i32([lay.num_non_exiting_ctas])}
 
 
+DEV_FORMATS = {"bf16": "bf16", "fp16": "fp16", "e4m3": E4M3FN}
+
+
 def dev_values(a, dtype):
     """float64 values of a dev-kernel tensor: e4m3 codes decoded, others as given."""
     return decode(a, E4M3FN).astype(np.float64) if dtype == "e4m3" else np.asarray(a, np.float64)
@@ -151,7 +154,7 @@ def dev_values(a, dtype):
 
 def dev_store(v, dtype):
     """The kernels' one store: RNE to bf16 / fp16 values, or saturating e4m3 codes."""
-    return encode(v, E4M3FN, saturate=True) if dtype == "e4m3" else round_to(v, {"bf16": "bf16", "fp16": "fp16"}[dtype])
+    return encode(v, E4M3FN, saturate=True) if dtype == "e4m3" else round_to(v, DEV_FORMATS[dtype])
 
 
 def mapped_rows(inputs, rows):
@@ -189,6 +192,11 @@ def dev_kernel(config, inputs):
         if "hidden_states_scale" in inputs:
             out["out_scale"] = np.ascontiguousarray(trtllm_ops.permute(inputs["hidden_states_scale"].T, e2p, P).T)
         return out
+    if c.kernel == "finalize_deepseek_fp8":
+        acc = trtllm_ops.finalize_deepseek_fp8(dev_values(inputs["gemm2_out"], c.dtype), inputs["gemm2_out_scale"],
+                                               e2p, inputs["expert_weights"])
+        q, s = trtllm_ops.requant_deepseek_fp8(acc, floor=0.0, fmt=DEV_FORMATS[c.dtype])
+        return {"out": q, "out_scale": s}
     if c.kernel == "finalize":
         x = dev_values(inputs["gemm2_out"], c.dtype)
         return {"out": dev_store(trtllm_ops.finalize(x, e2p, inputs.get("expert_weights"), c.hidden_size), c.dtype)}

@@ -151,6 +151,10 @@ def _trtllm_ops(case, inputs, device):
         if "hidden_states_scale" in t:
             out["out_scale"] = numpy(te_ops.permute(t["hidden_states_scale"].t(), e2p, P).t().contiguous())
         return out
+    if c.kernel == "finalize_deepseek_fp8":
+        q, s = te_ops.finalize_deepseek_fp8(dev_tensor(inputs["gemm2_out"], c.dtype, device), t["gemm2_out_scale"],
+                                            e2p, tensor(inputs["expert_weights"], "bf16", device))
+        return {"out": numpy(q), "out_scale": numpy(s)}
     if c.kernel == "finalize":
         w = inputs.get("expert_weights")
         w = None if w is None else tensor(w, "bf16", device)

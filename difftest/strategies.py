@@ -195,7 +195,7 @@ def dev_kernel_configs(draw, kernel=None):
     dtype = draw(dtype, label="dtype")
     layout = draw(st.sampled_from(SF_LAYOUTS), label="sf_layout") if kernel == "convertsf" else "R128c4"
     step = {"activation": 64, "activation_deepseek_fp8": 128, "convertsf": 16 if layout == "R8c16" else 4,
-            "permute": 128 if dtype == "e4m3" else 16, "finalize": 16}[kernel]
+            "permute": 128 if dtype == "e4m3" else 16, "finalize": 16, "finalize_deepseek_fp8": 128}[kernel]
     return DevKernelConfig(
         kernel=kernel,
         num_tokens=draw(num_tokens().filter(lambda n: n >= 1), label="num_tokens"),

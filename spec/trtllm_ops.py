@@ -37,23 +37,26 @@ def gated_activation(x, alpha=1.0, beta=0.0, clamp_limit=np.inf):
     return gate * sigmoid(alpha * gate) * (up + beta)
 
 
-def deepseek_scale(amax):
-    """s = max(fl32(amax·fl32(1/448)), FLT_MIN): the dev kernel's block scale (a multiply, floored at 2^-126)."""
-    return np.maximum(round_to(round_to(amax, FP32) * RCP448, FP32), np.float32(FP32.min_normal))
+def deepseek_scale(amax, floor=FP32.min_normal):
+    """s = max(fl32(amax·fl32(1/448)), floor): the dev kernels' block scale, a multiply; the activation floors it
+    at FLT_MIN = 2^-126, finalize_deepseek_fp8 not at all (floor 0)."""
+    return np.maximum(round_to(round_to(amax, FP32) * RCP448, FP32), np.float32(floor))
 
 
-def requant_deepseek_fp8(y, rcp=hopper_rcp):
+def requant_deepseek_fp8(y, floor=FP32.min_normal, fmt=E4M3FN, rcp=hopper_rcp):
     """Per row p and block b of 128 columns of the fp32 value y: amax = max |y| (NaN dropped),
-    s[b, p] = deepseek_scale(amax), q = e4m3_rn_sat(fl32(y·rcp(s))). [P, I] -> (q uint8 [P, I], s float32
-    [I/128, P]). rcp: MUFU.RCP as measured (spec/quant.hopper_rcp, RN off bf16 values); the kernel's own
-    MUFU.RCP is within one ulp of RN, which compare.py allows."""
+    s[b, p] = deepseek_scale(amax, floor), q = fmt_rn_sat(fl32(y·rcp(s))); s = 0 gives 0·inf = NaN and ±inf.
+    [P, I] -> (q [P, I]: e4m3 codes uint8, else float32 values; s float32 [I/128, P]). rcp: MUFU.RCP as measured
+    (spec/quant.hopper_rcp, RN off bf16 values); the kernel's is within one ulp of RN, which compare.py allows."""
     y = round_to(y, FP32)
     rows, cols = y.shape
     blocks = y.reshape(rows, cols // DEEPSEEK_BLOCK, DEEPSEEK_BLOCK)
     amax = np.max(np.where(np.isnan(blocks), 0, np.abs(blocks)), axis=-1, initial=0.0)
-    s = deepseek_scale(amax)
-    v = round_to(blocks * rcp(s)[..., None].astype(np.float64), FP32)
-    return encode(v, E4M3FN, saturate=True).reshape(rows, cols), np.ascontiguousarray(s.T)
+    s = deepseek_scale(amax, floor)
+    with np.errstate(divide="ignore", invalid="ignore"):  # s = 0: rcp(0) = inf, 0·inf = NaN, as the kernel
+        v = round_to(blocks * rcp(s)[..., None].astype(np.float64), FP32).reshape(rows, cols)
+    q = encode(v, fmt, saturate=True) if fmt is E4M3FN else round_to(v, fmt)
+    return q, np.ascontiguousarray(s.T)
 
 
 def finalize(x, expanded_idx_to_permuted_idx, expert_weights=None, hidden=None, order=None):
@@ -64,12 +67,23 @@ def finalize(x, expanded_idx_to_permuted_idx, expert_weights=None, hidden=None, 
     e2p = np.asarray(expanded_idx_to_permuted_idx)
     x = np.asarray(x, np.float64)[:, : hidden or np.shape(x)[1]]
     w = np.ones(e2p.shape) if expert_weights is None else np.asarray(expert_weights, np.float64)
-    terms = np.where(e2p >= 0, w, 0.0)[..., None] * x[np.maximum(e2p, 0)]  # [T, K, hidden], exact products
+    w = w if w.ndim == 3 else w[..., None]  # [T, K, 1], or a weight per column [T, K, hidden]
+    terms = np.where((e2p >= 0)[..., None], w, 0.0) * x[np.maximum(e2p, 0)]  # [T, K, hidden], exact products
     if order is None:
         return terms.sum(axis=1)
     k_split = 1 if order == "in_order" else order
     groups = [fp32_fma_sum(terms[:, g::k_split]) for g in range(k_split)]
     return functools.reduce(lambda a, b: round_to(a + b, FP32).astype(np.float64), groups)
+
+
+def finalize_deepseek_fp8(x, x_scale, expanded_idx_to_permuted_idx, expert_weights, hidden=None):
+    """finalize with the weight of column h fl32(w[t, k]·x_scale[h // 128, p(t, k)]): block-dequantize and combine
+    in one product. x [P, H_padded] (values), x_scale [H_padded/128, P] -> [T, hidden] float64, exact; the kernel
+    then stores requant_deepseek_fp8(·, floor=0, fmt=x's dtype)."""
+    e2p = np.asarray(expanded_idx_to_permuted_idx)
+    s = np.repeat(np.asarray(x_scale, np.float64).T, DEEPSEEK_BLOCK, axis=1)[np.maximum(e2p, 0)]  # [T, K, H]
+    w = round_to(np.asarray(expert_weights, np.float64)[..., None] * s, FP32).astype(np.float64)
+    return finalize(x, e2p, w[..., : hidden or s.shape[-1]], hidden)
 
 
 def fp32_fma_sum(terms):

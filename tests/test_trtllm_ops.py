@@ -45,6 +45,17 @@ def test_finalize_skips_unmapped_slots_and_weighs_the_rest():
     assert out[:, 0].tolist() == [200.5, 0.0, 40.0]
 
 
+def test_finalize_deepseek_fp8_scales_per_block_and_has_no_scale_floor():
+    x = np.ones((2, 256))
+    x_scale = np.array([[0.5, 0.25], [2.0, 4.0]], np.float32)  # [H/128, P]
+    e2p = np.array([[0, 1], [-1, -1]])
+    acc = trtllm_ops.finalize_deepseek_fp8(x, x_scale, e2p, np.array([[1.0, 2.0], [1.0, 1.0]]))
+    assert acc[0, 0] == 0.5 + 2 * 0.25 and acc[0, 128] == 2.0 + 2 * 4.0 and not acc[1].any()
+    q, s = trtllm_ops.requant_deepseek_fp8(acc, floor=0.0, fmt="bf16")
+    assert s[:, 1].tolist() == [0.0, 0.0] and np.isnan(q[1]).all()  # an unmapped token: 0·rcp(0) = NaN
+    assert q[0, 0] == 448.0 and s[0, 0] == np.float32(1.0) * (np.float32(1) / np.float32(448))
+
+
 def test_finalize_order_is_a_recipe():
     """Terms 1, 2^-24, -1, 2^-24: in order, 1 + 2^-24 rounds back to 1 and one 2^-24 is lost; k_split 2 sums
     (1 + -1) + (2^-24 + 2^-24) and loses nothing. Interleaved the other way, the two orders swap."""
@@ -99,7 +110,8 @@ def test_torch_matches_spec(kernel, data):
     assert res.status == "pass", res.message
 
 
-ORIGINAL = {name: getattr(te_ops, name) for name in ("permute", "swiglu", "finalize", "convertsf")}
+ORIGINAL = {name: getattr(te_ops, name)
+            for name in ("permute", "swiglu", "finalize", "convertsf", "finalize_deepseek_fp8")}
 
 
 def _broken_permute(hidden_states, e2p, num_padded_tokens):
@@ -131,12 +143,18 @@ def _broken_convertsf(sf, num_tokens, hidden_dim_sf, src_layout):
     return flat.permute(0, 2, 3, 1, 4).reshape(tiles * 128, hidden_dim_sf)[:num_tokens].contiguous()
 
 
+def _broken_finalize_deepseek_fp8(gemm2_out, gemm2_out_scale, e2p, expert_weights):
+    """Forgets the input block scales (w·x instead of fl(w·s)·x)."""
+    return ORIGINAL["finalize_deepseek_fp8"](gemm2_out, torch.ones_like(gemm2_out_scale), e2p, expert_weights)
+
+
 BROKEN = {  # kernel -> (torch_eager attribute, replacement or value)
     "permute": ("permute", _broken_permute),
     "activation": ("swiglu", _broken_swiglu),
     "activation_deepseek_fp8": ("FLT_MIN", 0.0),  # the requant scale without its floor
     "convertsf": ("convertsf", _broken_convertsf),
     "finalize": ("finalize", _broken_finalize),
+    "finalize_deepseek_fp8": ("finalize_deepseek_fp8", _broken_finalize_deepseek_fp8),
 }
 
 

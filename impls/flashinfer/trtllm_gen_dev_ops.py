@@ -1,5 +1,5 @@
 """FlashInfer's trtllm-gen MoE dev kernels as the tester's ``trtllm_ops`` op: permute, activation,
-activation_deepseek_fp8, convertsf, finalize, one launch each through ``_trtllm_gen_ops`` (the project's
+activation_deepseek_fp8, convertsf, finalize, finalize_deepseek_fp8, one launch each through ``_trtllm_gen_ops`` (the project's
 tvm-ffi binding of FlashInfer's trtllm_fused_moe_dev_kernel.cu, built for the device's arch; docs/
 trtllm_gen_dev_kernels.md). The case's ``kernel`` picks the function; inputs and outputs are the keys of
 difftest/generate.py's dev_kernel_inputs and difftest/impl_spec.py's dev_kernel (numpy; bf16 / fp16 values as
@@ -61,6 +61,11 @@ def run(config, inputs, device="cuda"):
         got = ops.permute(_tensor(inputs["hidden_states"], c.dtype, device), t["expanded_idx_to_permuted_idx"],
                           int(inputs["num_padded_tokens"]), t.get("hidden_states_scale"))
         out = dict(zip(("out", "out_scale"), got if isinstance(got, tuple) else (got,), strict=False))
+    elif c.kernel == "finalize_deepseek_fp8":
+        q, s = ops.finalize_deepseek_fp8(_tensor(inputs["gemm2_out"], c.dtype, device),
+                                         _tensor(inputs["expert_weights"], "bf16", device),
+                                         t["expanded_idx_to_permuted_idx"], t["gemm2_out_scale"])
+        out = {"out": q, "out_scale": s}
     elif c.kernel == "finalize":
         w = inputs.get("expert_weights")
         out = {"out": ops.finalize(_tensor(inputs["gemm2_out"], c.dtype, device), t["expanded_idx_to_permuted_idx"],

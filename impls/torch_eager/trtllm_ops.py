@@ -91,6 +91,27 @@ def finalize(gemm2_out, expanded_idx_to_permuted_idx, expert_weights=None, hidde
         else acc.to(gemm2_out.dtype)
 
 
+def finalize_deepseek_fp8(gemm2_out, gemm2_out_scale, expanded_idx_to_permuted_idx, expert_weights):
+    """[P, H] bf16/fp16/e4m3 with block scales [H/128, P] -> ([T, H] same dtype, scales [H/128, T]):
+    acc = Σ_k fl(w·s)·x over k in order, one fp32 rounding per term (an FFMA: the product in float64, exact);
+    then per token and 128-column block s = amax·fl(1/448) with NO floor, out = acc·(1/s) (s = 0: NaN, ±inf)."""
+    e2p = expanded_idx_to_permuted_idx.long()
+    T, K = e2p.shape
+    P, H = gemm2_out.shape
+    scale = gemm2_out_scale.t().repeat_interleave(BLOCK, dim=1)                        # [P, H]
+    acc = torch.zeros(T, H, dtype=torch.float32, device=gemm2_out.device)
+    for k in range(K):
+        rows = e2p[:, k].clamp(min=0)
+        w = expert_weights[:, k].float()[:, None] * scale[rows]                        # [T, H] fp32
+        fma = (acc.double() + w.double() * gemm2_out[rows].double()).float()
+        acc = torch.where((e2p[:, k] >= 0)[:, None], fma, acc)
+    blocks = acc.view(T, H // BLOCK, BLOCK)
+    s = blocks.abs().amax(dim=-1) * (fp32(1.0, acc) / fp32(FP8_MAX, acc))              # [T, H/128]
+    out = (blocks * (1.0 / s)[..., None]).view(T, H)
+    out = to_e4m3(out) if gemm2_out.dtype == torch.float8_e4m3fn else out.to(gemm2_out.dtype)
+    return out, s.t().contiguous()
+
+
 def convertsf(sf, num_tokens, hidden_dim_sf, src_layout):
     """Flat swizzled scale factors (one byte each) -> linear [num_tokens, hidden_dim_sf]: the tile dims of
     trtllm-gen's SfLayoutDecl.h unpermuted (R128c4 [M/128, N/4, 32, 4, 4], R8c4 [M/8, N/4, 8, 4],
