@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from spec import bounds, permutation, trtllm_ops
-from spec.numerics import E4M3FN, FP32, as_format, decode, round_to
+from spec.numerics import E4M3FN, FP32, as_format, round_to
 
 from . import impl_spec
 

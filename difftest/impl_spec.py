@@ -8,8 +8,8 @@ other implementation.
 import numpy as np
 
 from spec import layouts, quant, trtllm_ops
-from spec.numerics import E4M3FN, FP32, decode, encode, round_to
 from spec import routing as spec_routing
+from spec.numerics import E4M3FN, FP32, decode, encode, round_to
 from spec.recipes import Recipe
 
 from .case import CaseError

@@ -16,12 +16,12 @@ from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
 
 from .case import (
     ACTIVATIONS,
-    DEV_KERNELS,
-    SF_LAYOUTS,
     BIASED_METHODS,
+    DEV_KERNELS,
     GROUPED_METHODS,
     QUANT_PATHS,
     ROUTING_METHODS,
+    SF_LAYOUTS,
     Case,
     DevKernelConfig,
     MoEConfig,

@@ -11,7 +11,7 @@ import numpy as np
 
 from .mlp import sigmoid
 from .numerics import E4M3FN, FP32, encode, round_to
-from .quant import FP8_MAX, RCP448, hopper_rcp
+from .quant import RCP448, hopper_rcp
 
 DEEPSEEK_BLOCK = 128
 SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import find, given, settings
 
-from difftest import check, compare, generate, strategies
+from difftest import check, generate, strategies
 from difftest.case import DEV_KERNELS, Case, CaseError, DevKernelConfig
 from difftest.impl_torch import TORCH
 from impls.torch_eager import trtllm_ops as te_ops
