@@ -16,6 +16,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLASHINFER_CUBIN_DIR=$PWD/.c
   DIFFTEST_TRTLLM_GEN_PREBUILT=$PWD/.carry/prebuilt FLASHINFER_WORKSPACE_BASE=/tmp/fiws
 date +%T
 python3 -m difftest impls | grep -E "trtllm_gen_dev_ops|torch-cuda"
+# build (or load the prebuilt) dev-kernel module once, before 12 workers would each try
+timeout 200 python3 -c "from impls.flashinfer import _trtllm_gen_ops as o; print(o._module())"
 timeout 280 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_dev_ops --op trtllm_ops --time-budget 240 \
   --workers 12 --seed 31 --out /tmp/dev_ops > /tmp/dev_ops.log 2>&1
 tail -n 5 /tmp/dev_ops.log
