@@ -166,3 +166,19 @@ def test_broken_kernel_is_found(kernel, monkeypatch):
                 settings=settings(max_examples=300, database=None, derandomize=True))
     res = check.run_case(TORCH, case)
     assert "[trtllm_ops, torch]" in res.message, res.message
+
+
+def _truncating_e4m3(v):
+    """e4m3 rounding toward zero: one code down wherever nearest-even rounded away from zero."""
+    r = v.clamp(-448, 448).to(torch.float8_e4m3fn)
+    away = (r.float().abs() > v.abs()) & (r.float() != 0)
+    return torch.where(away, r.view(torch.uint8) - 1, r.view(torch.uint8)).view(torch.float8_e4m3fn)
+
+
+def test_requant_rounding_mode_is_held_to_nearest_even(monkeypatch):
+    """The interval rule leaves a code free only near a midpoint: truncation is found."""
+    monkeypatch.setattr(te_ops, "to_e4m3", _truncating_e4m3)
+    fails = lambda case: check.run_case(TORCH, case).status == "fail"
+    case = find(strategies.cases("trtllm_ops", configs=strategies.dev_kernel_configs("activation_deepseek_fp8")), fails,
+                settings=settings(max_examples=300, database=None, derandomize=True))
+    assert "out (e4m3 value)" in check.run_case(TORCH, case).message
