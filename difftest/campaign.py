@@ -25,7 +25,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, 
 from hypothesis.errors import Flaky
 
 from . import fixtures, interface, strategies
-from .case import QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
+from .case import DEV_KERNELS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
 from .check import run_case
 from .isolation import IsolatedRunner, pending, settle_pending
 
@@ -139,6 +139,8 @@ def slices(op):
         return [(m, strategies.routing_configs(method=m)) for m in ROUTING_METHODS]
     if op == "quant":
         return [(s, strategies.quant_configs(scheme=s)) for s in QUANT_SCHEMES]
+    if op == "trtllm_ops":
+        return [(k, strategies.dev_kernel_configs(kernel=k)) for k in DEV_KERNELS]
     return [(q, strategies.moe_configs(quant=q)) for q in QUANT_PATHS]
 
 

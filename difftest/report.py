@@ -24,6 +24,8 @@ from spec.recipes import QUANT_VARIANTS
 from .case import (
     ACTIVATIONS,
     BIAS_DTYPES,
+    DEV_DTYPES,
+    DEV_KERNELS,
     LOGIT_DTYPES,
     OPS,
     QUANT_INPUT_DTYPES,
@@ -41,7 +43,8 @@ SKIP_ROWS = 100  # skip reasons listed on the page (report.json keeps them all)
 STATUS_ORDER = ("pass", "fail", "error", "crash", "hang", "skip")  # others (future statuses) follow
 NOT_RECORDED = "not recorded"
 BINS_PER_DECADE = 4
-OP_COLORS = {"routing": "tab:blue", "quant": "tab:orange", "moe": "tab:green"}  # same op colour in all plots
+# same op colour in all plots
+OP_COLORS = {"routing": "tab:blue", "quant": "tab:orange", "moe": "tab:green", "trtllm_ops": "tab:red"}
 
 # Coverage axes: (title, ops, configuration field, values the tester can draw). Values seen but not listed
 # here (a newer tester) are appended, so nothing hit is hidden; listed values never hit show as zero cells.
@@ -57,12 +60,14 @@ ENUM_AXES = (
     ("scale format", ("quant",), "scale_fmt", ("fp32", "ue8m0")),
     ("scale layout", ("quant",), "layout", SCALE_LAYOUTS),
     ("quant variant", ("quant",), "variant", QUANT_VARIANTS),
+    ("dev kernel", ("trtllm_ops",), "kernel", DEV_KERNELS),
+    ("element dtype", ("trtllm_ops",), "dtype", DEV_DTYPES),
 )
 SHAPE_AXES = (  # (title, ops, configuration field, smallest valid value)
     ("tokens", OPS, "num_tokens", 0),
-    ("experts", ("routing", "moe"), "num_experts", 1),
-    ("top_k", ("routing", "moe"), "top_k", 1),
-    ("hidden size", ("quant", "moe"), "hidden_size", 1),
+    ("experts", ("routing", "moe", "trtllm_ops"), "num_experts", 1),
+    ("top_k", ("routing", "moe", "trtllm_ops"), "top_k", 1),
+    ("hidden size", ("quant", "moe", "trtllm_ops"), "hidden_size", 1),
     ("intermediate size", ("moe",), "intermediate_size", 1),
 )
 SECTIONS = (
