@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from spec import bounds, permutation, trtllm_ops
+from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, as_format, round_to
 
 from . import impl_spec
@@ -270,7 +271,8 @@ def weight_bound(config, recipe, w, vs_ideal=False, inputs=None, ids=None):
     if recipe.sigmoid == "tanh" and ids is not None:
         s, renorm = _ideal_scores(config, inputs, ids)
         score_sum = s.sum(axis=-1, keepdims=True) + config.eps if renorm else None
-    e = bounds.routing_weights(w, recipe, config.num_experts, config.top_k, score_sum, rsf)
+    exps = None if ids is None else spec_routing.softmax_exponents(inputs["logits"], config.method, ids)
+    e = bounds.routing_weights(w, recipe, config.num_experts, config.top_k, score_sum, rsf, softmax_exponents=exps)
     return e.hard + e.ideal if vs_ideal else e.hard
 
 

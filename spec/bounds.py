@@ -276,12 +276,15 @@ def arithmetic_gamma(recipe, num_experts, top_k):
     return g
 
 
-def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unrounded=None):
+def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unrounded=None,
+                    softmax_exponents=None):
     """Router weights written in recipe.routing_weights after fp32 arithmetic (softmax over E, or sigmoid,
     then a sum of k, a divide and a scale): relative γ_{E+k+8}(2^-24) vs exact (arithmetic_gamma: more where the
     recipe computes scores or the renormalization in bf16 / fp16). hard: two implementations ≤ 2γ
     apart before the write, ≤ one ulp (2u) after it; ideal: γ + u. unrounded (the fp32 values before a bf16
     write, [T, k]): the write's rounding rule instead of the ulp for those columns (a flip only near a midpoint).
+    softmax_exponents ([T, k], spec.routing.softmax_exponents): an fp32 softmax rounds x − max before exp, which
+    moves a weight by u·that relatively (vs ideal; twice between two implementations), beyond γ.
 
     recipe.sigmoid "tanh" (s = 0.5·tanhf(0.5x) + 0.5, fused_topk_deepseek built with -use_fast_math: tanhf is
     tanh.approx.f32, relative error ≤ R = TANH_APPROX_REL, measured on every fp32 input on an H200) adds an
@@ -295,6 +298,11 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
     g = arithmetic_gamma(recipe, num_experts, top_k)
     absw = np.abs(np.asarray(w, np.float64))
     apart, ideal = 2 * g * absw, (g + u) * absw  # apart: two implementations' values before the write
+    if softmax_exponents is not None:
+        cols = np.asarray(softmax_exponents, np.float64).shape[-1]
+        shift = np.zeros_like(absw)
+        shift[..., :cols] = U32 * np.asarray(softmax_exponents, np.float64) * absw[..., :cols]
+        apart, ideal = apart + 2 * shift, ideal + shift
     if recipe.sigmoid == "tanh":
         eta = 0.5 * TANH_APPROX_REL
         if score_sum is None:
