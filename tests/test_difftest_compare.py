@@ -315,4 +315,5 @@ def test_softmax_weights_carry_the_rounded_exponent():
     for factor, ok in ((1.0, True), (10.0, False)):
         w2 = w.copy()
         w2[0, i] = np.float32(w[0, i] + factor * (exact - float(w[0, i])))
-        assert compare.compare_routing(case, {"logits": logits}, {"ids": spec["ids"], "weights": w2}, None, "t").ok is ok
+        out = {"ids": spec["ids"], "weights": w2}
+        assert compare.compare_routing(case, {"logits": logits}, out, None, "t").ok is ok
