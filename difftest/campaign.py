@@ -8,22 +8,25 @@ costs a fresh worker: seconds once torch and a kernel library are imported), a h
 recorded at once and not shrunk (each attempt would cost the whole timeout).
 """
 
+import importlib.metadata
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
 from . import fixtures, interface, strategies
-from .case import QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
+from .case import DEV_KERNELS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
 from .check import run_case
 from .isolation import IsolatedRunner, pending, settle_pending
 
@@ -196,14 +199,151 @@ def slices(op):
         return [(m, strategies.routing_configs(method=m)) for m in ROUTING_METHODS]
     if op == "quant":
         return [(s, strategies.quant_configs(scheme=s)) for s in QUANT_SCHEMES]
+    if op == "trtllm_ops":
+        return [(k, strategies.dev_kernel_configs(kernel=k)) for k in DEV_KERNELS]
     return [(q, strategies.moe_configs(quant=q)) for q in QUANT_PATHS]
 
 
-def database(path=None):
-    """The shared example database (DIFFTEST_DB or --db): campaigns resume from it and share it between
-    machines (copy or sync the directory); None keeps Hypothesis' profile default."""
+def database(path=None, namespace="pytest", local=None):
+    """The example database (--db or DIFFTEST_DB; None keeps Hypothesis' profile default). A directory, shared
+    by copying or syncing it; or redis://HOST:PORT[/N], a Redis that many machines share live, multiplexed with
+    the local directory `local` (default .hypothesis/examples): every example is saved to both, a fetch reads
+    both, and the campaign goes on with the local one alone when Redis is unreachable (SharedDatabase).
+    Redis keys are namespaced difftest:<version>:<namespace>: (the implementation's name in a campaign)."""
     path = path or os.environ.get("DIFFTEST_DB")
-    return DirectoryBasedExampleDatabase(path) if path else None
+    if not path:
+        return None
+    if not is_redis(path):
+        return DirectoryBasedExampleDatabase(path)
+    local = DirectoryBasedExampleDatabase(local or Path(".hypothesis") / "examples")
+    return MultiplexedDatabase(local, SharedDatabase(path, namespace))
+
+
+def is_redis(path):
+    return str(path).startswith(("redis://", "rediss://"))
+
+
+def project_version():
+    try:
+        return importlib.metadata.version("moe-difftest")
+    except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        return "unknown"
+
+
+def redis_prefix(namespace):
+    return f"difftest:{project_version()}:{namespace}:".encode()
+
+
+class SharedDatabase(ExampleDatabase):
+    """hypothesis.extra.redis.RedisExampleDatabase whose Redis errors (unreachable, killed, timed out) are one
+    warning line per process and URL instead of an exception: while Redis is down its part of every call is
+    skipped for REDIS_RETRY_S seconds, then tried again. The local half of the MultiplexedDatabase keeps every
+    example meanwhile; examples found then reach Redis when a later campaign saves them again."""
+
+    def __init__(self, url, namespace):
+        super().__init__()
+        from hypothesis.extra.redis import RedisExampleDatabase
+
+        self.url, self.namespace = url, namespace
+        self.db = RedisExampleDatabase(redis_client(url), key_prefix=redis_prefix(namespace),
+                                       expire_after=timedelta(days=REDIS_EXPIRE_DAYS))
+
+    def __repr__(self):
+        return f"SharedDatabase({self.url!r}, {self.namespace!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, SharedDatabase) and (self.url, self.namespace) == (other.url, other.namespace)
+
+    def _call(self, f, default=None):
+        from redis.exceptions import RedisError
+
+        if time.monotonic() < _REDIS_DOWN.get(self.url, 0.0):
+            return default
+        try:
+            return f()
+        except RedisError as e:
+            redis_down(self.url, e)
+            return default
+
+    def fetch(self, key):
+        yield from self._call(lambda: list(self.db.fetch(key)), [])
+
+    def save(self, key, value):
+        self._call(lambda: self.db.save(key, value))
+
+    def delete(self, key, value):
+        self._call(lambda: self.db.delete(key, value))
+
+    def move(self, src, dest, value):
+        self._call(lambda: self.db.move(src, dest, value))
+
+
+REDIS_EXPIRE_DAYS = 8  # Hypothesis' default: a key not touched by any campaign for 8 days expires
+REDIS_RETRY_S = 30.0
+_REDIS_DOWN = {}  # url -> time.monotonic() until which Redis is not tried again
+_REDIS_WARNED = set()  # urls whose failure was reported (by this process or, for a worker, by its parent)
+_REDIS_CLIENTS = {}
+
+
+def redis_client(url):
+    """One client (connection pool) per URL and process; short timeouts, so a lost Redis costs seconds."""
+    if url not in _REDIS_CLIENTS:
+        try:
+            import redis
+        except ImportError:
+            raise ValueError(f"{url}: the redis client is not installed (pip install 'moe-difftest[redis]')") from None
+        try:
+            _REDIS_CLIENTS[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        except ValueError as e:
+            raise ValueError(f"{url}: {e}") from None
+    return _REDIS_CLIENTS[url]
+
+
+def redis_down(url, error=None):
+    """Mark Redis down for REDIS_RETRY_S seconds; the first time, one warning line on stderr (none without an
+    error: a campaign's worker whose parent has warned already)."""
+    _REDIS_DOWN[url] = time.monotonic() + REDIS_RETRY_S
+    if error is None:
+        _REDIS_WARNED.add(url)
+    elif url not in _REDIS_WARNED:
+        _REDIS_WARNED.add(url)
+        if not _first_to_warn():
+            return
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"difftest: warning: Redis {url} unreachable ({reason}): examples go to the local database only "
+              f"(retried every {REDIS_RETRY_S:g} s)", file=sys.stderr, flush=True)
+
+
+def warn_once_per(marker):
+    """Processes that share `marker` (a path: a campaign's workers and their parent) warn once between them."""
+    global _REDIS_MARKER
+    _REDIS_MARKER = marker
+
+
+_REDIS_MARKER = None
+
+
+def _first_to_warn():
+    if _REDIS_MARKER is None:
+        return True
+    try:
+        os.close(os.open(_REDIS_MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:  # an unwritable run directory: better twice than never
+        pass
+    return True
+
+
+def redis_reachable(url):
+    """Ping Redis once (warning as above when it does not answer); True if it answered."""
+    from redis.exceptions import RedisError
+
+    try:
+        return bool(redis_client(url).ping())
+    except RedisError as e:
+        redis_down(url, e)
+        return False
 
 
 def recipe_name(impl, case):
@@ -317,12 +457,17 @@ def fuzz_cell(
             raise _Enough()
         raise Finding(result.message)
 
+    # on the inner function: Hypothesis digests that one (set on the @given wrapper it was ignored, and every
+    # cell of an implementation shared one key, replaying and then discarding each other's examples)
+    # With findings known, replaying the cell's saved failures would count them as passing, and Hypothesis would
+    # delete them from the (shared) database: a search for other failures uses a key of its own.
+    check._hypothesis_internal_add_digest = database_key(impl, op, impl_ref, configs, weight_seed) + (
+        ("|known " + ";".join(sorted(map(str, known)))).encode() if known else b"")
     test = given(strategies.cases(op, configs, special=special, weight_seed=weight_seed))(check)
-    test._hypothesis_internal_add_digest = database_key(impl, op, impl_ref, configs, weight_seed)
+    if run_seed is not None:  # before the settings: @seed alone sets database=None (Hypothesis 6.1xx)
+        test = hypothesis_seed(run_seed)(test)
     if hypothesis_settings is not None:
         test = hypothesis_settings(test)
-    if run_seed is not None:
-        test = hypothesis_seed(run_seed)(test)
     try:
         test()
     except (Finding, Flaky, _Enough):  # Flaky: a crash that did not repeat while shrinking
@@ -398,12 +543,12 @@ def _expected(impl, case):
         return {}
 
 
-def cli_settings(max_examples, db=None):
+def cli_settings(max_examples, db=None, namespace="pytest", local_db=None):
     return settings(
         max_examples=max_examples,
         deadline=None,
         derandomize=False,
-        database=database(db),
+        database=database(db, namespace, local_db),
         suppress_health_check=HEALTH,
         print_blob=True,
         report_multiple_bugs=False,
@@ -445,7 +590,7 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             impl,
             impl_ref,
             op,
-            hypothesis_settings=cli_settings(chunk, kwargs.get("db")),
+            hypothesis_settings=cli_settings(chunk, kwargs.get("db"), impl.name, kwargs.get("local_db")),
             configs=configs,
             record=kwargs.get("record"),
             fixtures_root=kwargs.get("fixtures_root"),

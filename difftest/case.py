@@ -14,7 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 
 from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
 
-OPS = ("routing", "quant", "moe")
+OPS = ("routing", "quant", "moe", "trtllm_ops")
 ROUTING_METHODS = (
     "default",
     "renormalize",
@@ -39,6 +39,10 @@ LOGIT_DTYPES = ("fp32", "bf16", "fp16")
 BIAS_DTYPES = ("fp32", "bf16")
 QUANT_INPUT_DTYPES = ("bf16", "fp16", "fp32")
 MAX_TILE_TOKENS = 256
+DEV_KERNELS = ("permute", "activation", "activation_deepseek_fp8", "convertsf", "finalize",  # trtllm_ops
+               "finalize_deepseek_fp8")
+DEV_DTYPES = ("bf16", "fp16", "e4m3")
+SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")
 # Fields added after fixtures existed: written only when they differ from these defaults, so every older
 # case serializes (and digests, and names its fixture) exactly as before.
 ROUTING_LATE_DEFAULTS = {"tile_tokens_dim": None, "local_expert_offset": 0, "local_num_experts": None}
@@ -103,7 +107,26 @@ class MoEConfig:
         return self.activation in GATED_ACTIVATIONS
 
 
-CONFIGS = {"routing": RoutingConfig, "quant": QuantConfig, "moe": MoEConfig}
+@dataclass(frozen=True)
+class DevKernelConfig:
+    """One trtllm-gen dev kernel (docs/trtllm_gen_dev_kernels.md) on routed tokens: top_k slots over
+    num_experts local experts (a slot may be non-local), each expert padded to tile_tokens_dim rows.
+    hidden_size: permute's and finalize's H, the activation's output width I, convertsf's scale columns."""
+
+    kernel: str
+    num_tokens: int
+    hidden_size: int
+    top_k: int = 1
+    num_experts: int = 1
+    tile_tokens_dim: int = 8
+    dtype: str = "bf16"  # element dtype: bf16 | fp16 | e4m3 (activation_deepseek_fp8: e4m3; convertsf: bytes)
+    swiglu_controls: bool = False  # activations: per-expert alpha, beta, clamp_limit
+    weighted: bool = True  # finalize: expert weights (False: w = 1)
+    hidden_padding: int = 0  # finalize: gemm2_out is [P, hidden_size + hidden_padding] (hiddenDimPadded)
+    sf_layout: str = "R128c4"  # convertsf's source layout
+
+
+CONFIGS = {"routing": RoutingConfig, "quant": QuantConfig, "moe": MoEConfig, "trtllm_ops": DevKernelConfig}
 
 
 def _require(ok, message):
@@ -235,7 +258,30 @@ def check_moe(c):
     )
 
 
-CHECKS = {"routing": check_routing, "quant": check_quant, "moe": check_moe}
+def check_dev_kernel(c):
+    """Raise CaseError naming the first violated constraint of a DevKernelConfig (the adapters' own checks)."""
+    _require(c.kernel in DEV_KERNELS, f"kernel {c.kernel!r} is not one of {DEV_KERNELS}")
+    _require(c.num_tokens >= 1, f"num_tokens={c.num_tokens} must be >= 1 (the kernels take [T >= 1, top_k])")
+    _require(1 <= c.top_k <= 64, f"top_k={c.top_k} must be in [1, 64] (finalize's shared-memory tables)")
+    _require(c.num_experts >= 1, f"num_experts={c.num_experts} must be >= 1")
+    tile = c.tile_tokens_dim
+    _require(1 <= tile <= MAX_TILE_TOKENS and tile & (tile - 1) == 0,
+             f"tile_tokens_dim={tile} must be a power of two in [1, {MAX_TILE_TOKENS}]")
+    _require(c.dtype in DEV_DTYPES, f"dtype {c.dtype!r} is not one of {DEV_DTYPES}")
+    _require(c.sf_layout in SF_LAYOUTS, f"sf_layout {c.sf_layout!r} is not one of {SF_LAYOUTS}")
+    block = {"activation": 64, "activation_deepseek_fp8": 128, "convertsf": 16 if c.sf_layout == "R8c16" else 4,
+             "permute": 128 if c.dtype == "e4m3" else 1, "finalize": 16, "finalize_deepseek_fp8": 128}[c.kernel]
+    _require(c.hidden_size >= 1 and c.hidden_size % block == 0,
+             f"hidden_size={c.hidden_size} must be a positive multiple of {block} for {c.kernel} ({c.dtype})")
+    _require(c.kernel != "activation" or c.dtype != "e4m3", "activation takes bf16 or fp16 (e4m3: the DeepSeek one)")
+    _require(c.kernel != "activation_deepseek_fp8" or c.dtype == "e4m3", "activation_deepseek_fp8 takes e4m3")
+    _require(not c.swiglu_controls or c.kernel.startswith("activation"), "swiglu_controls are the activations'")
+    _require(c.weighted or c.kernel != "finalize_deepseek_fp8", "finalize_deepseek_fp8 reads its expert weights")
+    _require(c.hidden_padding == 0 or (c.kernel == "finalize" and c.hidden_padding > 0 and c.hidden_padding % 16 == 0),
+             f"hidden_padding={c.hidden_padding} must be 0, or for finalize a positive multiple of 16 (16-byte rows)")
+
+
+CHECKS = {"routing": check_routing, "quant": check_quant, "moe": check_moe, "trtllm_ops": check_dev_kernel}
 
 
 def _config_from_dict(cls, d):
@@ -301,7 +347,7 @@ OPTIONAL_CASE_FIELDS = {"weight_seed"}
 @dataclass(frozen=True)
 class Case:
     op: str
-    config: RoutingConfig | QuantConfig | MoEConfig
+    config: RoutingConfig | QuantConfig | MoEConfig | DevKernelConfig
     dist: str = "normal"
     seed: int = 0
     weight_seed: int | None = None  # moe: the expert weights' seed; None: ``seed``

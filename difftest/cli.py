@@ -1,5 +1,5 @@
-"""`python -m difftest`: fuzz, replay, report, impls, show, mutants. Exit codes: 0 clean, 1 findings, 2 usage or bad
-input (one line on stderr, no traceback; nothing run, nothing written)."""
+"""`python -m difftest`: fuzz, replay, report, merge, impls, show, mutants. Exit codes: 0 clean, 1 findings, 2 usage
+or bad input (one line on stderr, no traceback; nothing run, nothing written)."""
 
 import argparse
 import json
@@ -91,19 +91,22 @@ def _worker(w, args, out, deadline, queue, stop):
         cells = _cells(args.impl, args.op, args.model, args.where)
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
-        db = args.db or str(out / "db")
+        db, local_db = args.db or str(out / "db"), out / "db"
+        campaign.warn_once_per(out / "difftest-workers" / "redis-warned")
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
                       stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None,
                       known=set(args.known_signatures))  # grows with each finding: later ones must differ
         if args.max_examples is None:
-            runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, **common)
+            runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, local_db=local_db,
+                                        **common)
         else:
             runs = (
                 (cell, res)
                 for cell in cells
                 for res in campaign.until_no_new_finding(lambda i, cell=cell: campaign.fuzz_cell(
                     *cell[:3], configs=cell[3], run_seed=args.seed * 64 + w + i * 1_000_003,  # i = 0: as before
-                    hypothesis_settings=campaign.cli_settings(args.max_examples, db), **common))
+                    hypothesis_settings=campaign.cli_settings(args.max_examples, db, cell[0].name, local_db),
+                    **common))
             )
         unsatisfiable = set()
         for (impl, _, op, configs), res in runs:
@@ -236,6 +239,8 @@ def _free_dir(path, flag):
 
 
 def cmd_fuzz(args):
+    from . import campaign
+
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
     if args.max_examples is not None and args.max_examples < 1:
@@ -244,7 +249,11 @@ def cmd_fuzz(args):
     _finite(args.timeout, "--timeout", 0, False)
     _finite(args.first_timeout, "--first-timeout", 0, False)
     _free_dir(args.out, "--out")
-    _free_dir(args.db, "--db")
+    args.db = args.db or os.environ.get("DIFFTEST_DB") or None
+    if args.db and campaign.is_redis(args.db):
+        _redis_url(args.db)
+    else:
+        _free_dir(args.db, "--db")
     from . import where
 
     args.where = where.merge(*(dict([where.parse(w)]) for w in args.where or []))
@@ -272,6 +281,12 @@ def cmd_fuzz(args):
         args.known_signatures = known_signatures(args.known)
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
+    if args.db and campaign.is_redis(args.db):  # one warning line for the campaign, here or from one worker
+        (out / "difftest-workers").mkdir(exist_ok=True)
+        marker = out / "difftest-workers" / "redis-warned"
+        marker.unlink(missing_ok=True)
+        campaign.warn_once_per(marker)
+        campaign.redis_reachable(args.db)
     return run_campaign(args, out)
 
 
@@ -284,6 +299,16 @@ def distinct_findings(findings, per_signature):
         if sig not in out:
             out[sig] = {"signature": list(sig), "fixture": f["fixture"], "cases": per_signature.get(sig, 0)}
     return list(out.values())
+
+
+def _redis_url(url):
+    """A redis://HOST:PORT[/N] URL the client accepts, and the client installed; else a one-line error."""
+    from . import campaign
+
+    try:
+        campaign.redis_client(url)
+    except ValueError as e:
+        raise UsageError(f"--db {e}") from None
 
 
 def _collect(procs, queue, stop, received, t0, budget, out):
@@ -361,7 +386,7 @@ def _kind(path):
 def run_campaign(args, out):
     """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
     workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
-    from . import campaign, report
+    from . import campaign, merge, report
 
     for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
         print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)
@@ -409,6 +434,7 @@ def run_campaign(args, out):
             "distinct_findings": distinct_findings(findings, per_signature),
             "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
                                if sig in args.known_signatures],
+            "host": merge.host_info(),
         }
     )
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -609,6 +635,20 @@ def cmd_report(args):
     return report.main([args.run_dir] + ([] if args.top is None else ["--top", str(args.top)]))
 
 
+def cmd_merge(args):
+    from . import merge, report
+
+    summary = merge.merge(args.run_dirs, args.out)
+    hosts = summary["hosts"]
+    print(f"merged {len(args.run_dirs)} run directories from {len(hosts)} hosts into {args.out}: "
+          f"{summary['cases']} cases, {len(summary['findings'])} findings, "
+          f"{len(list(Path(args.out).glob('fixtures/*/case.json')))} fixtures")
+    for name, h in hosts.items():
+        print(f"  {name}: {h['cases']} cases {h['status']}")
+    print(report.maybe_render(args.out))
+    return 0
+
+
 def _timeouts(p):
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per-case limit for implementations that may crash or hang (default "
@@ -645,7 +685,8 @@ def parser():
                    help="fixtures whose signatures (op, implementation, kind, field) are known: failures "
                         "matching an open one are counted, not reported; the search goes on for others")
     f.add_argument(
-        "--db", help="shared Hypothesis example database directory (default DIFFTEST_DB or OUT/db)"
+        "--db", help="Hypothesis example database: a directory, or redis://HOST:PORT[/N] shared by many machines "
+                     "and multiplexed with OUT/db (default DIFFTEST_DB, else OUT/db)"
     )
     _timeouts(f)
     r = sub.add_parser("replay", help="replay fixtures against every available implementation")
@@ -662,6 +703,9 @@ def parser():
     rp = sub.add_parser("report", help="render RUN_DIR/report.html and report.json from a run directory")
     rp.add_argument("run_dir", help="a run directory written by python -m difftest fuzz --out DIR")
     rp.add_argument("--top", type=int, help="worst cases listed")
+    m = sub.add_parser("merge", help="merge run directories from many hosts into one (per-host provenance kept)")
+    m.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (fuzz --out, or merged)")
+    m.add_argument("--out", required=True, help="the merged run directory (new)")
     sub.add_parser("impls", help="list implementations and why any is unavailable")
     s = sub.add_parser("show", help="a fixture's case, recipe and current diff")
     sub.add_parser("mutants", help="mutation self-test: is every seeded bug found? "
@@ -674,7 +718,8 @@ def parser():
 
 
 COMMANDS = {
-    "fuzz": cmd_fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show
+    "fuzz": cmd_fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show,
+    "merge": cmd_merge,
 }
 
 

@@ -27,8 +27,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spec import bounds, permutation
-from spec.numerics import FP32, as_format, round_to
+from spec import bounds, permutation, trtllm_ops
+from spec import routing as spec_routing
+from spec.numerics import E4M3FN, FP32, as_format, round_to
 
 from . import impl_spec
 
@@ -270,7 +271,8 @@ def weight_bound(config, recipe, w, vs_ideal=False, inputs=None, ids=None):
     if recipe.sigmoid == "tanh" and ids is not None:
         s, renorm = _ideal_scores(config, inputs, ids)
         score_sum = s.sum(axis=-1, keepdims=True) + config.eps if renorm else None
-    e = bounds.routing_weights(w, recipe, config.num_experts, config.top_k, score_sum, rsf)
+    exps = None if ids is None else spec_routing.softmax_exponents(inputs["logits"], config.method, ids)
+    e = bounds.routing_weights(w, recipe, config.num_experts, config.top_k, score_sum, rsf, softmax_exponents=exps)
     return e.hard + e.ideal if vs_ideal else e.hard
 
 
@@ -590,4 +592,110 @@ def ungrouped(config):
     return replace(config, n_group=1, topk_group=1)
 
 
-COMPARE = {"routing": compare_routing, "quant": compare_quant, "moe": compare_moe}
+# ---- trtllm-gen dev kernels
+
+
+def _stored(name, got, v, delta, dtype, tag):
+    """An output stored once (RNE; e4m3 saturating) from a value within delta of the exact v: the rounding rule
+    around the spec's stored value."""
+    fmt = {"e4m3": E4M3FN}.get(dtype, dtype)
+    want = round_to(v, fmt, saturate=True).astype(np.float64)
+    got = impl_spec.dev_values(got, dtype)
+    hard = bounds.rounded(v, want, bounds.Err(delta, delta, delta), fmt).hard
+    return elementwise(name, got, want, hard, tag)
+
+
+def _zero_rows(name, got, rows, tag):
+    """Rows no (t, k) maps to are not written: they stay the zeros the adapters allocate."""
+    got = np.asarray(got)
+    return _bit_exact(f"{name} (unmapped rows)", got[~rows], np.zeros_like(got[~rows]), tag)
+
+
+def _interval(name, got, lo, hi, tag):
+    """lo <= got <= hi everywhere (one message naming the first element outside)."""
+    bad = np.argwhere(~((lo <= got) & (got <= hi)))
+    if not bad.size:
+        return PASS
+    at = tuple(bad[0])
+    return Verdict(False, np.inf, f"{name}{fmt_index(at)}={got[at]:.9g} outside [{lo[at]:.9g}, {hi[at]:.9g}], what "
+                                  f"the allowance reaches ({len(bad)} of {got.size}) [{tag}]")
+
+
+def _requant_deepseek_fp8(out, y, delta, rows, tag, floor=FP32.min_normal, dtype="e4m3"):
+    """Scales and stored values by the interval rule: amax within [max(|y| - δ), max(|y| + δ)] per block gives the
+    scales deepseek_scale can reach (floor 0: a scale that FTZ may flush to 0 may be 0); with the implementation's
+    own scale s, y'·rcp(s) within (y ± δ)·(1/s)·(1 ± ε) (ε: MUFU.RCP and the fp32 product) gives, by monotone
+    rounding, the values it can store. A block with s = 0 (floor 0) stores y'·inf: NaN, ±inf or ±max."""
+    P, I = y.shape
+    fmt = as_format(impl_spec.DEV_FORMATS[dtype])
+    a, d = np.abs(y).reshape(P, I // 128, 128), delta.reshape(P, I // 128, 128)
+    s_lo = trtllm_ops.deepseek_scale(np.max(np.maximum(a - d, 0), axis=-1), floor).T.astype(np.float64)
+    s_lo = np.where(s_lo < FP32.min_normal, 0.0, s_lo)
+    s_hi = trtllm_ops.deepseek_scale(np.max(a + d, axis=-1), floor).T.astype(np.float64)
+    s = np.asarray(out["out_scale"], np.float64)
+    if s.shape != s_lo.shape:
+        return Verdict(False, np.inf, f"out_scale has shape {s.shape} but spec has {s_lo.shape} [{tag}]")
+    v = _interval("out_scale", np.where(rows.T, s, 0), np.where(rows.T, s_lo, 0), np.where(rows.T, s_hi, 0), tag)
+    if not v.ok:
+        return v
+    got = impl_spec.dev_values(out["out"], dtype)
+    if got.shape != y.shape:
+        return Verdict(False, np.inf, f"out has shape {got.shape} but spec has {y.shape} [{tag}]")
+    s_el = np.repeat(s.T, 128, axis=1)
+    eps = bounds.MUFU_RCP_REL + 2 * U32
+    ends = [(y + sign * delta) / np.where(s_el > 0, s_el, 1.0) * (1 + e) for sign in (-1, 1) for e in (-eps, eps)]
+    lo = round_to(np.minimum.reduce(ends), fmt, saturate=True).astype(np.float64)
+    hi = round_to(np.maximum.reduce(ends), fmt, saturate=True).astype(np.float64)
+    r, zero = rows[:, None], s_el == 0
+    with np.errstate(invalid="ignore"):
+        special = np.isnan(got) | (np.abs(got) >= fmt.max)
+    bad = np.argwhere(r & zero & ~special)
+    if bad.size:
+        at = tuple(bad[0])
+        return Verdict(False, np.inf, f"out{fmt_index(at)}={got[at]:.9g} in a block whose scale is 0: y·rcp(0) is "
+                                      f"NaN, ±inf or ±max [{tag}]")
+    keep = r & ~zero
+    return worst(_interval(f"out ({dtype} value)", np.where(keep, got, 0), np.where(keep, lo, 0),
+                           np.where(keep, hi, 0), tag),
+                 _zero_rows("out", out["out"], rows, tag), _zero_rows("out_scale", np.asarray(s).T, rows, tag))
+
+
+def compare_trtllm_ops(case, inputs, out, recipe, tag):
+    """permute, convertsf: bit-exact. activation: the rounding rule around the exact y with
+    bounds.gated_activation's fp32 MUFU allowance, unmapped rows 0; DeepSeek FP8: scales and codes by the
+    interval rule (_requant_deepseek_fp8). finalize: the rounding rule around the exact Σ_k w·x with
+    bounds.fp32_accumulation (any fp32 order: the small-batch k-split and the in-order kernels alike);
+    finalize_deepseek_fp8: that sum's δ through the interval rule of its unfloored requantization."""
+    c = case.config
+    want = impl_spec.dev_kernel(c, inputs)
+    missing = sorted(set(want) - set(out))
+    if missing:
+        return Verdict(False, np.inf, f"outputs {missing} missing [{tag}]")
+    if c.kernel in ("permute", "convertsf"):
+        return worst(*(_bit_exact(name, out[name], want[name], tag) for name in want))
+    e2p = inputs["expanded_idx_to_permuted_idx"]
+    if c.kernel == "finalize_deepseek_fp8":
+        x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs["expert_weights"]
+        scale = inputs["gemm2_out_scale"]
+        acc = trtllm_ops.finalize_deepseek_fp8(x, scale, e2p, w)
+        terms = trtllm_ops.finalize_deepseek_fp8(np.abs(x), scale, e2p, np.abs(w))
+        delta = bounds.fp32_accumulation(terms, c.top_k)
+        return _requant_deepseek_fp8(out, acc, delta, np.ones(acc.shape[0], bool), tag, 0.0, c.dtype)
+    if c.kernel == "finalize":
+        x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs.get("expert_weights")
+        v = trtllm_ops.finalize(x, e2p, w, c.hidden_size)
+        terms = trtllm_ops.finalize(np.abs(x), e2p, None if w is None else np.abs(w), c.hidden_size)
+        return _stored("out", out["out"], v, bounds.fp32_accumulation(terms, c.top_k), c.dtype, tag)
+    x, controls = impl_spec.activation_args(c, inputs)
+    y, half = trtllm_ops.gated_activation(x, **controls), x.shape[1] // 2
+    delta = bounds.gated_activation(x[:, half:], x[:, :half], y, controls.get("alpha", 1.0), controls.get("beta", 0.0))
+    rows = impl_spec.mapped_rows(inputs, x.shape[0])
+    if c.kernel == "activation_deepseek_fp8":
+        return _requant_deepseek_fp8(out, y, delta, rows, tag)
+    r = rows[:, None]
+    got = np.asarray(out["out"])
+    return worst(_stored("out", np.where(r, got, 0), np.where(r, y, 0), np.where(r, delta, 0), c.dtype, tag),
+                 _zero_rows("out", got, rows, tag))
+
+
+COMPARE = {"routing": compare_routing, "quant": compare_quant, "moe": compare_moe, "trtllm_ops": compare_trtllm_ops}

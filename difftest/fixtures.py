@@ -296,6 +296,9 @@ def declared_elements(case):
     c = case.config
     if case.op == "quant":
         return c.num_tokens * c.hidden_size + 1, 0
+    if case.op == "trtllm_ops":  # permuted rows <= T·K + E·tile; convertsf: T + 128 padded rows
+        rows = c.num_tokens * c.top_k + c.num_experts * c.tile_tokens_dim + 128
+        return 4 * rows * (c.hidden_size + c.hidden_padding + 1) + 2 * c.num_tokens * c.top_k + 3 * c.num_experts + 1, 0
     r = c.routing if case.op == "moe" else c
     routing = r.num_tokens * r.num_experts + r.num_experts
     if case.op == "routing":

@@ -33,7 +33,8 @@ ROUTING_DISTS = (
     "negative_bias",
 )
 QUANT_DISTS = ("normal", "large", "tiny", "zero_group", "tiny_groups", "pow2_edge", "nonfinite")
-DISTS = {"routing": ROUTING_DISTS, "moe": ROUTING_DISTS, "quant": QUANT_DISTS}
+DEV_DISTS = ("normal", "large", "tiny", "zero_block", "non_local")
+DISTS = {"routing": ROUTING_DISTS, "moe": ROUTING_DISTS, "quant": QUANT_DISTS, "trtllm_ops": DEV_DISTS}
 
 
 # ---- bit transforms
@@ -279,11 +280,88 @@ def _routing_inputs(seed, dist, r):
     return out
 
 
+# ---- trtllm-gen dev kernels
+
+
+def _e4m3_codes(seed, name, shape):
+    """Random e4m3fn codes without NaN (0x7f, 0xff become 0x7e, 0xfe: ±448)."""
+    codes = (raw(seed, name, int(np.prod(shape))) & np.uint64(0xFF)).astype(np.uint8).reshape(shape)
+    return np.where(codes & 0x7F == 0x7F, codes - 1, codes).astype(np.uint8)
+
+
+def _dev_values(seed, dist, name, shape, dtype):
+    """Values of a named distribution on the dtype's grid (float32), e4m3 as uint8 codes; zero_block: whole
+    128-column blocks of zeros (a third of them), the FLT_MIN floor of the DeepSeek FP8 scale."""
+    if dtype == "e4m3":
+        z = _e4m3_codes(seed, name, shape)
+    else:
+        z = round_to_dtype(normal(seed, name, shape) * {"large": 2.0**6, "tiny": 2.0**-14}.get(dist, 1.0), dtype)
+    if dist == "zero_block":
+        cols = np.arange(shape[1]) // 128
+        z = np.where(integers(seed, name + "_zero", (shape[0], cols[-1] + 1), 3)[:, cols] == 0, 0, z)
+    return z
+
+
+def _block_scales(seed, name, shape):
+    """DeepSeek FP8 block scales: 2^-(4..11)·[1, 2), so that e4m3 codes × scale stay well inside fp32."""
+    return (2.0 ** -(integers(seed, name + "_exp", shape, 8) + 4) * (1.0 + uniform(seed, name, shape))).astype(
+        np.float32)
+
+
+def dev_kernel_inputs(seed, dist, c):
+    """The inputs of one trtllm-gen dev kernel: a routing permutation (spec/permutation.py) of random local
+    experts (dist non_local: a quarter of the slots on another shard, -1; never for permute, which writes every
+    slot's row), then the kernel's tensors."""
+    from spec import permutation
+
+    if c.kernel == "convertsf":
+        rows, cols = {"R128c4": 128, "R8c4": 8, "R8c16": 8}[c.sf_layout], c.hidden_size
+        padded = -(-c.num_tokens // rows) * rows
+        return {"sf": (raw(seed, "sf", padded * cols) & np.uint64(0xFF)).astype(np.uint8)}
+    T, K, E = c.num_tokens, c.top_k, c.num_experts
+    ids = integers(seed, "ids", (T, K), E)
+    if dist == "non_local" and c.kernel != "permute":
+        ids = np.where(integers(seed, "remote", (T, K), 4) == 0, -1, ids)
+    e2p = permutation.expanded_idx_to_permuted_idx(ids, E, c.tile_tokens_dim).astype(np.int32)
+    lay = permutation.layout(ids, E, c.tile_tokens_dim)
+    P = max(int(lay.total_num_padded_tokens), 1)
+    out = {"expanded_idx_to_permuted_idx": e2p}
+    H, values = c.hidden_size, functools.partial(_dev_values, seed, dist)
+    if c.kernel == "permute":
+        out["hidden_states"] = values("hidden_states", (T, H), c.dtype)
+        if c.dtype == "e4m3":
+            out["hidden_states_scale"] = (1.0 + uniform(seed, "scale", (H // 128, T))).astype(np.float32)
+        out["num_padded_tokens"] = np.array(P, np.int32)
+        return out
+    if c.kernel.startswith("finalize"):
+        out["gemm2_out"] = values("gemm2_out", (P, H + c.hidden_padding), c.dtype)
+        if c.weighted or c.kernel == "finalize_deepseek_fp8":
+            out["expert_weights"] = round_bf16(uniform(seed, "weights", (T, K)))
+        if c.kernel == "finalize_deepseek_fp8":
+            out["gemm2_out_scale"] = _block_scales(seed, "gemm2_out_scale", (H // 128, P))
+        return out
+    out["gemm1_out"] = values("gemm1_out", (P, 2 * H), c.dtype)
+    if c.kernel == "activation_deepseek_fp8":
+        out["gemm1_out_scale"] = _block_scales(seed, "gemm1_out_scale", (2 * H // 128, P))
+    if c.swiglu_controls:
+        tiles = -(-P // c.tile_tokens_dim)
+        map_ = np.zeros(tiles, np.int32)
+        map_[: lay.cta_idx_xy_to_batch_idx.size] = lay.cta_idx_xy_to_batch_idx
+        out["cta_idx_xy_to_batch_idx"] = map_
+        out["alpha"] = (0.5 + 1.5 * uniform(seed, "alpha", (E,))).astype(np.float32)
+        out["beta"] = (uniform(seed, "beta", (E,)) - 0.5).astype(np.float32)
+        out["clamp_limit"] = (1.0 + 8.0 * uniform(seed, "clamp", (E,))).astype(np.float32)
+    return out
+
+
 def inputs(case):
-    """dict of numpy arrays: routing {logits, bias?}; quant {x}; moe {hidden, logits, bias?}."""
+    """dict of numpy arrays: routing {logits, bias?}; quant {x}; moe {hidden, logits, bias?}; trtllm_ops
+    dev_kernel_inputs."""
     if case.dist not in DISTS[case.op]:
         raise CaseError(f"distribution {case.dist!r} is not one of {DISTS[case.op]} for op {case.op}")
     c = case.config
+    if case.op == "trtllm_ops":
+        return dev_kernel_inputs(case.seed, case.dist, c)
     if case.op == "routing":
         return _routing_inputs(case.seed, case.dist, c)
     if case.op == "quant":

@@ -7,8 +7,9 @@ other implementation.
 
 import numpy as np
 
-from spec import layouts, quant
+from spec import layouts, quant, trtllm_ops
 from spec import routing as spec_routing
+from spec.numerics import E4M3FN, FP32, decode, encode, round_to
 from spec.recipes import Recipe
 
 from .case import CaseError
@@ -143,7 +144,74 @@ def expert_permutation(config, ids):
             "num_non_exiting_ctas": i32([lay.num_non_exiting_ctas])}
 
 
+DEV_FORMATS = {"bf16": "bf16", "fp16": "fp16", "e4m3": E4M3FN}
+
+
+def dev_values(a, dtype):
+    """float64 values of a dev-kernel tensor: e4m3 codes decoded, others as given."""
+    return decode(a, E4M3FN).astype(np.float64) if dtype == "e4m3" else np.asarray(a, np.float64)
+
+
+def dev_store(v, dtype):
+    """The kernels' one store: RNE to bf16 / fp16 values, or saturating e4m3 codes."""
+    return encode(v, E4M3FN, saturate=True) if dtype == "e4m3" else round_to(v, DEV_FORMATS[dtype])
+
+
+def mapped_rows(inputs, rows):
+    """bool [rows]: the permuted rows some (t, k) maps to (the only rows activation and finalize touch)."""
+    e2p = inputs["expanded_idx_to_permuted_idx"]
+    out = np.zeros(rows, bool)
+    out[e2p[e2p >= 0]] = True
+    return out
+
+
+def activation_args(config, inputs):
+    """(x [P, 2I] float64, {alpha, beta, clamp_limit} per row [P, 1]): the activation's dequantized input (DeepSeek
+    FP8: fl32(scale·code), one FMUL) and its SwiGLU controls, looked up per row through the tile's expert."""
+    c = config
+    x = dev_values(inputs["gemm1_out"], c.dtype)
+    if c.kernel == "activation_deepseek_fp8":
+        s = np.repeat(inputs["gemm1_out_scale"].T.astype(np.float64), trtllm_ops.DEEPSEEK_BLOCK, axis=1)
+        x = round_to(s * x, FP32).astype(np.float64)
+    if not c.swiglu_controls:
+        return x, {}
+    expert = inputs["cta_idx_xy_to_batch_idx"][np.arange(x.shape[0]) // c.tile_tokens_dim]
+    return x, {k: inputs[k].astype(np.float64)[expert][:, None] for k in ("alpha", "beta", "clamp_limit")}
+
+
+@refusals
+def dev_kernel(config, inputs):
+    """The outputs of one trtllm-gen dev kernel (docs/trtllm_gen_dev_kernels.md), exact math, one rounding."""
+    c = config
+    if c.kernel == "convertsf":
+        return {"out": trtllm_ops.convertsf(inputs["sf"], c.num_tokens, c.hidden_size, c.sf_layout)}
+    e2p = inputs["expanded_idx_to_permuted_idx"]
+    if c.kernel == "permute":
+        P = int(inputs["num_padded_tokens"])
+        out = {"out": trtllm_ops.permute(inputs["hidden_states"], e2p, P)}
+        if "hidden_states_scale" in inputs:
+            out["out_scale"] = np.ascontiguousarray(trtllm_ops.permute(inputs["hidden_states_scale"].T, e2p, P).T)
+        return out
+    if c.kernel == "finalize_deepseek_fp8":
+        acc = trtllm_ops.finalize_deepseek_fp8(dev_values(inputs["gemm2_out"], c.dtype), inputs["gemm2_out_scale"],
+                                               e2p, inputs["expert_weights"])
+        q, s = trtllm_ops.requant_deepseek_fp8(acc, floor=0.0, fmt=DEV_FORMATS[c.dtype])
+        return {"out": q, "out_scale": s}
+    if c.kernel == "finalize":
+        x = dev_values(inputs["gemm2_out"], c.dtype)
+        return {"out": dev_store(trtllm_ops.finalize(x, e2p, inputs.get("expert_weights"), c.hidden_size), c.dtype)}
+    x, controls = activation_args(c, inputs)
+    y = trtllm_ops.gated_activation(x, **controls)
+    rows = mapped_rows(inputs, x.shape[0])[:, None]
+    if c.kernel == "activation":
+        return {"out": np.where(rows, dev_store(y, c.dtype), 0).astype(np.float32)}
+    q, s = trtllm_ops.requant_deepseek_fp8(y)
+    return {"out": np.where(rows, q, 0).astype(np.uint8), "out_scale": np.where(rows.T, s, 0).astype(np.float32)}
+
+
 def expected(case, inputs, recipe):
+    if case.op == "trtllm_ops":
+        return dev_kernel(case.config, inputs)
     if case.op == "routing":
         r = route(case.config, inputs, recipe)
         out = {"ids": r.ids, "weights": r.weights}
@@ -167,7 +235,7 @@ def _run(case, inputs):
 SPEC = Impl(
     name="spec",
     version="0.1.0",
-    ops=("routing", "quant", "moe"),
+    ops=("routing", "quant", "moe", "trtllm_ops"),
     deterministic=True,
     may_crash=False,
     available=lambda: None,

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 import impls.torch_eager as te
+from impls.torch_eager import trtllm_ops as te_ops
 from spec.recipes import Recipe
 
 from .generate import weights as generated_weights
@@ -129,7 +130,46 @@ def _moe(case, inputs, device):
     return {"out": numpy(res.out), "ids": numpy(res.ids), "weights": numpy(res.weights)}
 
 
-RUN = {"routing": _route, "quant": _quant, "moe": _moe}
+def dev_tensor(a, dtype, device):
+    """A dev-kernel input: float32 values as bf16 / fp16, e4m3 codes as float8_e4m3fn, others as they are."""
+    if dtype == "e4m3":
+        return torch.from_numpy(np.array(a, np.uint8)).to(device).view(torch.float8_e4m3fn)
+    if dtype in DTYPES:
+        return tensor(a, dtype, device)
+    return torch.from_numpy(np.array(a)).to(device)
+
+
+def _trtllm_ops(case, inputs, device):
+    c = case.config
+    t = {k: dev_tensor(v, None, device) for k, v in inputs.items()}
+    if c.kernel == "convertsf":
+        return {"out": numpy(te_ops.convertsf(t["sf"], c.num_tokens, c.hidden_size, c.sf_layout))}
+    e2p = t["expanded_idx_to_permuted_idx"]
+    if c.kernel == "permute":
+        P = int(inputs["num_padded_tokens"])
+        out = {"out": numpy(te_ops.permute(dev_tensor(inputs["hidden_states"], c.dtype, device), e2p, P))}
+        if "hidden_states_scale" in t:
+            out["out_scale"] = numpy(te_ops.permute(t["hidden_states_scale"].t(), e2p, P).t().contiguous())
+        return out
+    if c.kernel == "finalize_deepseek_fp8":
+        q, s = te_ops.finalize_deepseek_fp8(dev_tensor(inputs["gemm2_out"], c.dtype, device), t["gemm2_out_scale"],
+                                            e2p, tensor(inputs["expert_weights"], "bf16", device))
+        return {"out": numpy(q), "out_scale": numpy(s)}
+    if c.kernel == "finalize":
+        w = inputs.get("expert_weights")
+        w = None if w is None else tensor(w, "bf16", device)
+        return {"out": numpy(te_ops.finalize(dev_tensor(inputs["gemm2_out"], c.dtype, device), e2p, w, c.hidden_size))}
+    controls = {k: t[k] for k in ("alpha", "beta", "clamp_limit", "cta_idx_xy_to_batch_idx") if k in t}
+    if controls:
+        controls["tile_tokens_dim"] = c.tile_tokens_dim
+    x = dev_tensor(inputs["gemm1_out"], c.dtype, device)
+    if c.kernel == "activation":
+        return {"out": numpy(te_ops.activation(x, e2p, **controls))}
+    q, s = te_ops.activation_deepseek_fp8(x, t["gemm1_out_scale"], e2p, **controls)
+    return {"out": numpy(q), "out_scale": numpy(s)}
+
+
+RUN = {"routing": _route, "quant": _quant, "moe": _moe, "trtllm_ops": _trtllm_ops}
 
 
 def unsupported(case):
@@ -150,7 +190,7 @@ def _impl(name, device, available, recipe=recipe):
     return Impl(
         name=name,
         version=f"torch {torch.__version__}",
-        ops=("routing", "quant", "moe"),
+        ops=("routing", "quant", "moe", "trtllm_ops"),
         deterministic=True,
         may_crash=False,
         available=available,

@@ -30,7 +30,7 @@ from typing import NamedTuple
 from hypothesis import settings
 
 from . import campaign, generate, strategies
-from .case import OPS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, Case
+from .case import DEV_KERNELS, OPS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, Case
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_EAGER = ROOT / "impls" / "torch_eager"
@@ -42,15 +42,17 @@ MODULE_OPS = {
     "layer": ("moe",),
     None: OPS,
 }  # the ops whose torch code path runs the module; None: identity
-FOCUS_KEYWORDS = {"routing": ("method",), "quant": ("scheme",), "moe": ("method", "activation", "quant")}
+FOCUS_KEYWORDS = {"routing": ("method",), "quant": ("scheme",), "moe": ("method", "activation", "quant"),
+                  "trtllm_ops": ("kernel",)}
 SLICE_KEYWORDS = {
     "routing": ("method", ROUTING_METHODS),
     "quant": ("scheme", QUANT_SCHEMES),
     "moe": ("quant", QUANT_PATHS),
+    "trtllm_ops": ("kernel", DEV_KERNELS),
 }  # the keyword campaign.slices splits each op by
 CHUNK = 25  # examples per Hypothesis run at most; the ops of a mutant alternate chunk by chunk
 TURN_S = 1.0  # a chunk of a slow op (the layer) is cut to about this many seconds, so it does not starve
-SECONDS_PER_EXAMPLE = {"routing": 0.01, "quant": 0.01, "moe": 0.2}  # until measured in the hunt
+SECONDS_PER_EXAMPLE = {"routing": 0.01, "quant": 0.01, "moe": 0.2, "trtllm_ops": 0.01}  # until measured in the hunt
 MAX_EXAMPLES = 600
 TIME_BUDGET_S = 120.0
 

@@ -24,6 +24,8 @@ from spec.recipes import QUANT_VARIANTS
 from .case import (
     ACTIVATIONS,
     BIAS_DTYPES,
+    DEV_DTYPES,
+    DEV_KERNELS,
     LOGIT_DTYPES,
     OPS,
     QUANT_INPUT_DTYPES,
@@ -41,7 +43,8 @@ SKIP_ROWS = 100  # skip reasons listed on the page (report.json keeps them all)
 STATUS_ORDER = ("pass", "fail", "error", "crash", "hang", "skip")  # others (future statuses) follow
 NOT_RECORDED = "not recorded"
 BINS_PER_DECADE = 4
-OP_COLORS = {"routing": "tab:blue", "quant": "tab:orange", "moe": "tab:green"}  # same op colour in all plots
+# same op colour in all plots
+OP_COLORS = {"routing": "tab:blue", "quant": "tab:orange", "moe": "tab:green", "trtllm_ops": "tab:red"}
 
 # Coverage axes: (title, ops, configuration field, values the tester can draw). Values seen but not listed
 # here (a newer tester) are appended, so nothing hit is hidden; listed values never hit show as zero cells.
@@ -57,16 +60,19 @@ ENUM_AXES = (
     ("scale format", ("quant",), "scale_fmt", ("fp32", "ue8m0")),
     ("scale layout", ("quant",), "layout", SCALE_LAYOUTS),
     ("quant variant", ("quant",), "variant", QUANT_VARIANTS),
+    ("dev kernel", ("trtllm_ops",), "kernel", DEV_KERNELS),
+    ("element dtype", ("trtllm_ops",), "dtype", DEV_DTYPES),
 )
 SHAPE_AXES = (  # (title, ops, configuration field, smallest valid value)
     ("tokens", OPS, "num_tokens", 0),
-    ("experts", ("routing", "moe"), "num_experts", 1),
-    ("top_k", ("routing", "moe"), "top_k", 1),
-    ("hidden size", ("quant", "moe"), "hidden_size", 1),
+    ("experts", ("routing", "moe", "trtllm_ops"), "num_experts", 1),
+    ("top_k", ("routing", "moe", "trtllm_ops"), "top_k", 1),
+    ("hidden size", ("quant", "moe", "trtllm_ops"), "hidden_size", 1),
     ("intermediate size", ("moe",), "intermediate_size", 1),
 )
 SECTIONS = (
-    ("totals", "Run"), ("findings", "Findings"), ("counts", "Cases per op, implementation and recipe"),
+    ("totals", "Run"), ("hosts", "Hosts"), ("findings", "Findings"),
+    ("counts", "Cases per op, implementation and recipe"),
     ("skips", "Skip reasons"), ("coverage", "Coverage of the configuration space"),
     ("ratios", "Error/bound ratios"), ("worst", "Worst cases"), ("timing", "Timings and throughput"),
 )
@@ -296,6 +302,39 @@ def timing(rows, wall):
     return {"wall_seconds": wall, "rate": rate, "edges": edges, "per_op": per_op}
 
 
+def _gpus(info):
+    gpus = info.get("gpus") or []
+    text = ", ".join(f"{g.get('name')} (driver {g.get('driver')})" for g in gpus)
+    return text or (info.get("device") if info.get("device") else "none")
+
+
+def hosts(rows, summary):
+    """Per host (a merged run's "hosts", a single run's "host"): what it ran on and what it found."""
+    if isinstance(summary.get("hosts"), dict):
+        recorded = summary["hosts"]
+    elif isinstance(summary.get("host"), dict):
+        recorded = {summary["host"].get("hostname") or "this host": {
+            "info": summary["host"], "seconds": summary.get("seconds"),
+            "findings": len(summary.get("findings") or [])}}
+    else:
+        return []
+    by_host = defaultdict(Counter)
+    for r in rows:
+        by_host[r.get("host") or next(iter(recorded))][r["status"]] += 1
+    out = []
+    for name, h in recorded.items():
+        info = h.get("info") or {}
+        packages = info.get("packages") or {}
+        status = dict(by_host[name]) or dict(h.get("status") or {})
+        out.append({"host": name, "gpu": _gpus(info), "cpu": info.get("cpu") or info.get("device"),
+                    **{k: packages.get(p) for k, p in (("python", "python"), ("torch", "torch"),
+                                                        ("flashinfer", "flashinfer-python"),
+                                                        ("hypothesis", "hypothesis"))},
+                    "cases": sum(status.values()), "status": status, "findings": h.get("findings"),
+                    "seconds": h.get("seconds")})
+    return out
+
+
 def build(rows, summary, links, notes=(), top=TOP):
     """The report.json object."""
     status = Counter(r["status"] for r in rows)
@@ -318,7 +357,7 @@ def build(rows, summary, links, notes=(), top=TOP):
         name = Path(str(f.get("fixture") or "")).name
         link = f"fixtures/{name}/" if name and any(v == f"fixtures/{name}/" for v in links.values()) else None
         findings.append({"impl": f.get("impl"), "op": f.get("op"), "message": f.get("message"),
-                         "fixture": link})
+                         "fixture": link, "host": f.get("host")})
     return {
         "schema": SCHEMA,
         "run": {k: summary.get(k) for k in ("impls", "ops", "model", "seed", "workers", "seconds")},
@@ -334,6 +373,7 @@ def build(rows, summary, links, notes=(), top=TOP):
         "worst": worst(rows, links, top),
         "timing": timing(rows, wall),
         "findings": findings,
+        "hosts": hosts(rows, summary),
         "worker_errors": list(summary.get("worker_errors") or []),
         "notes": notes,
     }
@@ -460,12 +500,25 @@ def _section_totals(rep):
     return out
 
 
+def _section_hosts(rep):
+    if not rep["hosts"]:
+        return "<p>Host not recorded (a run from before summary.json recorded one).</p>"
+    statuses = _ordered_statuses(Counter({s: 1 for h in rep["hosts"] for s in h["status"]}))
+    rows = [[h["host"], h["gpu"], h["cpu"], h["python"], h["torch"], h["flashinfer"], h["hypothesis"], h["cases"]]
+            + [h["status"].get(s, 0) for s in statuses] + [h["findings"], h["seconds"]] for h in rep["hosts"]]
+    failing = {8 + k for k, s in enumerate(statuses) if s not in ("pass", "skip")}
+    return _table(["host", "GPU (driver)", "CPU", "python", "torch", "flashinfer", "hypothesis", "cases"]
+                  + statuses + ["findings", "seconds"], rows, lambda i, j, v: "bad" if j in failing and v else "")
+
+
 def _section_findings(rep):
     if not rep["findings"]:
         return "<p>No findings recorded.</p>"
-    rows = [(f["impl"], f["op"], _link(f["fixture"], f["fixture"] or "no fixture"),
-             _Raw(f"<pre class=\"m\">{html.escape(str(f['message']))}</pre>")) for f in rep["findings"]]
-    return _table(["implementation", "op", "fixture", "message"], rows)
+    by_host = any(f.get("host") for f in rep["findings"])
+    rows = [((f.get("host"),) if by_host else ()) + (
+        f["impl"], f["op"], _link(f["fixture"], f["fixture"] or "no fixture"),
+        _Raw(f"<pre class=\"m\">{html.escape(str(f['message']))}</pre>")) for f in rep["findings"]]
+    return _table((["host"] if by_host else []) + ["implementation", "op", "fixture", "message"], rows)
 
 
 def _section_counts(rep):
@@ -545,7 +598,7 @@ def _section_timing(rep, png):
 
 
 def to_html(rep, title, ratio_png, timing_png):
-    bodies = {"totals": _section_totals(rep), "findings": _section_findings(rep),
+    bodies = {"totals": _section_totals(rep), "hosts": _section_hosts(rep), "findings": _section_findings(rep),
               "counts": _section_counts(rep), "skips": _section_skips(rep),
               "coverage": _section_coverage(rep), "ratios": _section_ratios(rep, ratio_png),
               "worst": _section_worst(rep), "timing": _section_timing(rep, timing_png)}

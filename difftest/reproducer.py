@@ -22,6 +22,7 @@ from .case import CaseError
 from .check import read_only
 
 SHOWN = 5  # elements listed per output
+SHOWN_OPS = ("routing", "quant", "moe")
 
 
 def reference(case, inputs, recipe):
@@ -139,7 +140,8 @@ def show_lines(fx):
     """Compact inputs, then the implementation next to the spec at its worst elements."""
     lines = [f"input {k}: {compact(a)}" for k, a in fx.inputs.items()]
     impl = interface.load(fx.impl_ref)
-    reason = impl.available() or (f"a {fx.kind} fixture is run isolated only (replay)"
+    reason = (f"show compares routing, quant and moe, not {fx.case.op}" if fx.case.op not in SHOWN_OPS
+              else None) or impl.available() or (f"a {fx.kind} fixture is run isolated only (replay)"
                                   if fx.kind in ("crash", "hang") else None)
     if reason:
         return lines + [f"outputs not shown: {reason}"]
@@ -244,6 +246,8 @@ if __name__ == "__main__":
 
 def write_script(fx, path):
     """OUT.py and OUT.npz (inputs, expected, bound); returns both paths."""
+    if fx.case.op not in SHOWN_OPS:
+        raise CaseError(f"show --script writes reproducers of routing, quant and moe fixtures, not {fx.case.op}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     npz = path.with_suffix(".npz")

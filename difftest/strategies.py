@@ -17,15 +17,18 @@ from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
 from .case import (
     ACTIVATIONS,
     BIASED_METHODS,
+    DEV_KERNELS,
     GROUPED_METHODS,
     QUANT_PATHS,
     ROUTING_METHODS,
+    SF_LAYOUTS,
     Case,
+    DevKernelConfig,
     MoEConfig,
     QuantConfig,
     RoutingConfig,
 )
-from .generate import QUANT_DISTS, ROUTING_DISTS
+from .generate import DEV_DISTS, QUANT_DISTS, ROUTING_DISTS
 
 MAX_TOKENS = int(os.environ.get("DIFFTEST_MAX_TOKENS", "40"))
 MAX_EXPERTS = int(os.environ.get("DIFFTEST_MAX_EXPERTS", "64"))
@@ -182,8 +185,39 @@ def _weight_placement(draw, top_k):
     }
 
 
-CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": moe_configs}
-DIST_NAMES = {"routing": ROUTING_DISTS, "quant": QUANT_DISTS, "moe": ROUTING_DISTS}
+@st.composite
+def dev_kernel_configs(draw, kernel=None):
+    """One trtllm-gen dev kernel on up to MAX_TOKENS tokens, top_k up to 10 (finalize's k-split starts above
+    4), tiles 8..128, widths of one to a few blocks."""
+    kernel = kernel or draw(st.sampled_from(DEV_KERNELS), label="kernel")
+    dtype = {"activation": st.sampled_from(["bf16", "fp16"]), "activation_deepseek_fp8": st.just("e4m3"),
+             "convertsf": st.just("e4m3")}.get(kernel, st.sampled_from(["bf16", "fp16", "e4m3"]))
+    dtype = draw(dtype, label="dtype")
+    layout = draw(st.sampled_from(SF_LAYOUTS), label="sf_layout") if kernel == "convertsf" else "R128c4"
+    step = {"activation": 64, "activation_deepseek_fp8": 128, "convertsf": 16 if layout == "R8c16" else 4,
+            "permute": 128 if dtype == "e4m3" else 16, "finalize": 16, "finalize_deepseek_fp8": 128}[kernel]
+    return DevKernelConfig(
+        kernel=kernel,
+        num_tokens=draw(num_tokens().filter(lambda n: n >= 1), label="num_tokens"),
+        hidden_size=draw(_sizes_of(step, MAX_HIDDEN), label="hidden_size"),
+        top_k=draw(st.integers(1, 10), label="top_k"),
+        num_experts=draw(st.integers(1, 8), label="num_experts"),
+        tile_tokens_dim=draw(st.sampled_from([8, 16, 32, 64, 128]), label="tile_tokens_dim"),
+        dtype=dtype,
+        swiglu_controls=kernel.startswith("activation") and draw(st.booleans(), label="swiglu_controls"),
+        weighted=kernel != "finalize" or draw(st.booleans(), label="weighted"),
+        hidden_padding=draw(st.sampled_from([0, 16, 128]), label="hidden_padding") if kernel == "finalize" else 0,
+        sf_layout=layout,
+    )
+
+
+def _sizes_of(step, top):
+    return st.integers(1, max(1, top // step)).map(lambda n: n * step)
+
+
+CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": moe_configs,
+                     "trtllm_ops": dev_kernel_configs}
+DIST_NAMES = {"routing": ROUTING_DISTS, "quant": QUANT_DISTS, "moe": ROUTING_DISTS, "trtllm_ops": DEV_DISTS}
 SPECIAL_DISTS = ("nonfinite",)  # special values are their own checks (style §3.4), drawn only on request
 
 
@@ -192,7 +226,7 @@ def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config
     """A Case of `op` (drawn if None); `configs` overrides the configuration strategy (model presets);
     `special` adds the NaN/Inf distributions; `weight_seed` fixes the expert weights of moe cases (presets
     with fixed_weights), None takes them from each case's seed."""
-    op = op or draw(st.sampled_from(("routing", "quant", "moe")), label="op")
+    op = op or draw(st.sampled_from(("routing", "quant", "moe", "trtllm_ops")), label="op")
     config = draw(configs if configs is not None else CONFIG_STRATEGIES[op](**config_kwargs), label="config")
     names = [d for d in DIST_NAMES[op] if special or d not in SPECIAL_DISTS]
     dist = draw(st.sampled_from(names), label="dist")

@@ -1,8 +1,8 @@
 """Case-space filters: ``fuzz --where FIELD=VALUE|LO..HI|A,B,C`` and a plug-in's ``space`` attribute.
 
 A filter narrows what the strategies draw; it is not a skip. The field that names a slice (routing
-``method``, quant ``scheme``, moe ``quant``) picks the slices of campaign.slices; ``method`` and
-``activation`` of a moe layer are passed to its strategy. Any other field of the op's configuration (moe:
+``method``, quant ``scheme``, moe ``quant``, trtllm_ops ``kernel``) picks the slices of campaign.slices;
+``method`` and ``activation`` of a moe layer are passed to its strategy. Any other field of the op's configuration (moe:
 of the layer, then of its routing) is drawn from the filter in place of the strategy's own value when that
 value is outside it, and a configuration that then breaks a constraint of difftest/case.py is rejected by
 Hypothesis before it becomes a case. An op whose configuration lacks a filtered field is out of the space;
@@ -27,6 +27,7 @@ from .case import (
     BIAS_DTYPES,
     CHECKS,
     CONFIGS,
+    DEV_KERNELS,
     LOGIT_DTYPES,
     QUANT_INPUT_DTYPES,
     QUANT_PATHS,
@@ -38,9 +39,10 @@ from .case import (
 )
 
 ALIASES = {"E": "num_experts", "T": "num_tokens", "k": "top_k"}
-SLICE_FIELD = {"routing": "method", "quant": "scheme", "moe": "quant"}
+SLICE_FIELD = {"routing": "method", "quant": "scheme", "moe": "quant", "trtllm_ops": "kernel"}
 MOE_STRATEGY_FIELDS = ("method", "activation")  # arguments of strategies.moe_configs
-CHOICES = {"method": ROUTING_METHODS, "activation": ACTIVATIONS, "quant": QUANT_PATHS, "scheme": QUANT_SCHEMES,
+CHOICES = {"kernel": DEV_KERNELS, "method": ROUTING_METHODS, "activation": ACTIVATIONS, "quant": QUANT_PATHS,
+           "scheme": QUANT_SCHEMES,
            "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES), "input_dtype": QUANT_INPUT_DTYPES,
            "layout": SCALE_LAYOUTS, "half_order": ("gate_up", "up_gate"), "hidden_dtype": ("bf16", "fp16"),
            "rsf_placement": ("routing", "combine"), "scale_fmt": ("fp32", "ue8m0"), "mx_rule": ("ocp", "ceil448")}

@@ -39,6 +39,11 @@ from .numerics import FP32, FP64, as_format, round_to
 # 2^-11; another architecture's MUFU.TANH needs its own measurement before this bound applies to it.
 TANH_APPROX_REL = 1.1127e-5
 
+# MUFU.EX2 and MUFU.RCP (what expf and a division become under -use_fast_math in the trtllm-gen dev kernels):
+# declared relative allowances, not yet measured exhaustively on the H200 as TANH_APPROX_REL was.
+MUFU_EX2_REL = 2.0**-21
+MUFU_RCP_REL = 2.0**-22
+
 LAMBDA = 6.0
 U32, U64 = FP32.unit_roundoff, FP64.unit_roundoff
 HOPPER_U = 2.0**-13  # Hopper FP8 tensor-core accumulator: ~13 fraction bits, truncating (DeepSeek-V3 §3.3.2)
@@ -271,12 +276,15 @@ def arithmetic_gamma(recipe, num_experts, top_k):
     return g
 
 
-def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unrounded=None):
+def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unrounded=None,
+                    softmax_exponents=None):
     """Router weights written in recipe.routing_weights after fp32 arithmetic (softmax over E, or sigmoid,
     then a sum of k, a divide and a scale): relative γ_{E+k+8}(2^-24) vs exact (arithmetic_gamma: more where the
     recipe computes scores or the renormalization in bf16 / fp16). hard: two implementations ≤ 2γ
     apart before the write, ≤ one ulp (2u) after it; ideal: γ + u. unrounded (the fp32 values before a bf16
     write, [T, k]): the write's rounding rule instead of the ulp for those columns (a flip only near a midpoint).
+    softmax_exponents ([T, k], spec.routing.softmax_exponents): an fp32 softmax rounds x − max before exp, which
+    moves a weight by u·that relatively (vs ideal; twice between two implementations), beyond γ.
 
     recipe.sigmoid "tanh" (s = 0.5·tanhf(0.5x) + 0.5, fused_topk_deepseek built with -use_fast_math: tanhf is
     tanh.approx.f32, relative error ≤ R = TANH_APPROX_REL, measured on every fp32 input on an H200) adds an
@@ -290,6 +298,11 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
     g = arithmetic_gamma(recipe, num_experts, top_k)
     absw = np.abs(np.asarray(w, np.float64))
     apart, ideal = 2 * g * absw, (g + u) * absw  # apart: two implementations' values before the write
+    if softmax_exponents is not None:
+        cols = np.asarray(softmax_exponents, np.float64).shape[-1]
+        shift = np.zeros_like(absw)
+        shift[..., :cols] = U32 * np.asarray(softmax_exponents, np.float64) * absw[..., :cols]
+        apart, ideal = apart + 2 * shift, ideal + shift
     if recipe.sigmoid == "tanh":
         eta = 0.5 * TANH_APPROX_REL
         if score_sum is None:
@@ -327,3 +340,19 @@ def _check(result, recipe):
         raise ValueError("bounds need a recipe-exact LayerResult (moe_layer(..., recipe=...)), not the ideal")
     if result.recipe != recipe:
         raise ValueError(f"result was computed with recipe {result.recipe.name!r}, not {recipe.name!r}")
+
+
+def gated_activation(gate, up, y, alpha=1.0, beta=0.0):
+    """|y' − y| for y' an fp32 evaluation of spec.trtllm_ops.gated_activation y with MUFU ex2 and rcp:
+    (4·u·(|α·g| + 4) + MUFU_EX2_REL + MUFU_RCP_REL)·|y| (three roundings in ex2's argument move it by u·|α·g|
+    each, four fp32 operations after) + (|g|·(|u| + |β|) + 1)·2^-125 (FTZ, ex2 overflow to rcp(inf) = 0).
+    The unclamped |g|, |u| bound the clamped ones (clamp_limit >= 0)."""
+    g, u = np.abs(gate), np.abs(up)
+    rel = 4 * U32 * (np.abs(alpha) * g + 4) + MUFU_EX2_REL + MUFU_RCP_REL + 8 * U64
+    return rel * np.abs(y) + (g * (u + np.abs(beta)) + 1) * 2.0**-125
+
+
+def fp32_accumulation(terms_abs, m):
+    """|acc' − Σ| for m exact terms accumulated in fp32 by FMAs in any order: γ_m(u)·Σ|terms| + m·2^-126
+    (FTZ)."""
+    return gamma(m, U32) * terms_abs + m * FP32.min_normal

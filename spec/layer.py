@@ -33,7 +33,7 @@ from .quant import (
     per_token_group_quant_fp8,
 )
 from .recipes import Recipe
-from .routing import expert_parallel_ids, route
+from .routing import expert_parallel_ids, route, softmax_exponents
 
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
@@ -439,7 +439,9 @@ def moe_layer(
     if tracked and R.routing_weights != "fp32":  # the same routing before its write: the rounding rule applies
         unrounded = _route(logits, bias, routing, rsf_placement, R.but(routing_weights="fp32"), ids).weights[:, :k]
     ew = tracked and bounds.routing_weights(r.weights, R, E, k, _tanh_score_sum(logits, routing, r.ids[:, :k], R),
-                                            _routing_rsf(routing, rsf_placement), unrounded=unrounded)
+                                            _routing_rsf(routing, rsf_placement), unrounded=unrounded,
+                                            softmax_exponents=softmax_exponents(logits, routing["method"],
+                                                                                r.ids[:, :k]))
     c = _Config(activation, half_order, quant, router_weight_on_input, R, accumulate)
     total, total_abs = np.zeros((T, H)), np.zeros((T, H))
     err = tracked and bounds.zero((T, H))

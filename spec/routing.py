@@ -446,3 +446,25 @@ def expert_parallel_ids(ids, local_expert_offset, local_num_experts):
              f"local_num_experts must be an integer >= 0, got {local_num_experts!r}")
     local = (ids >= local_expert_offset) & (ids < local_expert_offset + local_num_experts)
     return np.where(local, ids, -1).astype(np.int32)
+
+
+def softmax_exponents(logits, method, ids):
+    """|z_i| + Σ_j p_j·|z_j| [T, k] at `ids`, z = x − max x over the terms a softmax of `method` exponentiates
+    (all E for default, renormalize_naive, deepseek_v2; the k routed logits for renormalize), p the float64
+    softmax; None for the methods without a softmax. An fp32 softmax rounds z before exp: each e^z then carries
+    relative error u·|z|, so a weight e^z_i/Σ e^z_j moves by u·(|z_i| + Σ p_j|z_j|) relatively beyond the γ of
+    spec.bounds.routing_weights (bounds.routing_weights' softmax_exponents)."""
+    if method not in ("default", "renormalize_naive", "deepseek_v2", "renormalize"):
+        return None
+    x = np.asarray(logits, np.float64)
+    ids = np.asarray(ids, np.int64)
+    if method == "renormalize":
+        x = np.take_along_axis(x, ids, axis=-1)
+        ids = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        z = x - x.max(axis=-1, keepdims=True, initial=-np.inf)
+        p = np.exp(z)
+        p = p / p.sum(axis=-1, keepdims=True)
+        weighted = np.where(p > 0, p * np.abs(z), 0.0).sum(axis=-1, keepdims=True)
+    own = np.abs(np.take_along_axis(z, ids, axis=-1))
+    return np.where(np.isfinite(own), own, 0.0) + np.where(np.isfinite(weighted), weighted, 0.0)

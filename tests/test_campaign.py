@@ -13,9 +13,10 @@ import pytest
 from hypothesis import settings
 
 from difftest import campaign, fixtures, interface
+from difftest.case import OPS
 
 ROOT = Path(__file__).resolve().parents[1]
-SLICES = [(op, label) for op in ("routing", "quant", "moe") for label, _ in campaign.slices(op)]
+SLICES = [(op, label) for op in OPS for label, _ in campaign.slices(op)]
 pytestmark = pytest.mark.campaign
 
 

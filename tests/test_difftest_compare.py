@@ -298,3 +298,22 @@ def generate_inputs(case):
 def test_e4m3_nan_sign_is_free_but_other_bits_are_not():
     codes = np.array([0x7F, 0xFF, 0x7E, 0xFE, 0x00, 0x80], np.uint8)
     assert compare.nan_sign_free(codes).tolist() == [0x7F, 0x7F, 0x7E, 0xFE, 0x00, 0x80]
+
+
+def test_softmax_weights_carry_the_rounded_exponent():
+    """Fixtures routing-torch-90310c704275 / -eb818553aeb7 (session 3): x - max rounded to fp32 before exp (the spec)
+    vs computed in float64 (torch) moves e^z by u·|z|; with z = -35 the weights differ by ~1.8e-6 relatively. The
+    bound now carries u·(|z_i| + Σ p_j|z_j|): both sides pass, a weight ten times further off fails (ratio 2.1)."""
+    cfg = RoutingConfig("renormalize_naive", 1, 3, 2, renormalize=False)
+    logits = np.array([[-5968.6978, -22.987984, 12.141027]], np.float32)
+    case = Case("routing", cfg, "large", 0)
+    spec = SPEC.run(case, {"logits": logits})
+    w = spec["weights"].copy()
+    i = int(np.argmin(w[0]))
+    exact = np.exp(np.float64(logits[0, 1]) - np.float64(logits[0, 2]))
+    exact = exact / (1 + exact)
+    for factor, ok in ((1.0, True), (10.0, False)):
+        w2 = w.copy()
+        w2[0, i] = np.float32(w[0, i] + factor * (exact - float(w[0, i])))
+        out = {"ids": spec["ids"], "weights": w2}
+        assert compare.compare_routing(case, {"logits": logits}, out, None, "t").ok is ok

@@ -130,3 +130,4 @@ def test_past_the_deadline_a_cell_ends_with_its_failure_so_far_or_interrupted(tm
     res = campaign.fuzz_cell(impl, ref, "routing", configs=configs, hypothesis_settings=quick, record=record,
                              fixtures_root=tmp_path / "fx", deadline=1e11)
     assert res.finding and res.fixture and len(failed) == 1 and rows[-1]["kind"], (len(rows), len(failed))
+

@@ -7,7 +7,8 @@ Each adapter module exposes NAME, OP, DETERMINISTIC, RECIPE (a spec/recipes.py n
 
 import importlib
 
-ADAPTERS = ("fused_topk_deepseek", "mono_moe", "trtllm_gen_routing", "trtllm_bf16_moe", "trtllm_fp8_block_scale_moe",
+ADAPTERS = ("fused_topk_deepseek", "mono_moe", "trtllm_gen_routing", "trtllm_gen_dev_ops", "trtllm_bf16_moe",
+            "trtllm_fp8_block_scale_moe",
             "trtllm_fp4_block_scale_moe", "cutlass_fused_moe")
 
 
