@@ -38,7 +38,8 @@ class Parser(argparse.ArgumentParser):
     """argparse with its errors on one line (no usage block), so every exit-2 message is one line."""
 
     def error(self, message):
-        self.exit(2, f"difftest: error: {self.prog.split()[-1]}: {message}\n")
+        one_line = message.replace("\r", "\\r").replace("\n", "\\n")  # an argument may hold a line break
+        self.exit(2, f"difftest: error: {self.prog.split()[-1]}: {one_line}\n")
 
 
 # ---- fuzz

@@ -513,3 +513,11 @@ def test_inputs_are_bit_identical_in_another_process():
     here = [generate.digest(generate.inputs(c)) for c in DETERMINISM]
     assert digests[0] == digests[1] == here
     assert np.unique(here).size == len(here)
+
+
+@pytest.mark.parametrize("argv", [["fuzz", "\n"], ["replay", "a\r\nb", "--bogus"]])
+def test_an_argument_with_a_line_break_still_gets_a_one_line_error(argv, capsys):
+    """Found by test_fuzzed_command_lines_...: argparse quoted the raw argument, so its message spanned lines."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("difftest: error:"), err
