@@ -73,6 +73,11 @@ class RoutingConfig:
     local_expert_offset: int = 0
     local_num_experts: int | None = None  # None: every expert from local_expert_offset on
 
+    @property
+    def num_local_experts(self):
+        """The shard's routed experts: local_num_experts, or every expert from local_expert_offset on."""
+        return self.num_experts - self.local_expert_offset if self.local_num_experts is None else self.local_num_experts
+
 
 @dataclass(frozen=True)
 class QuantConfig:

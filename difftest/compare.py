@@ -34,8 +34,8 @@ from spec.numerics import E4M3FN, FP32, as_format, round_to
 from . import impl_spec
 
 U32 = FP32.unit_roundoff
-SOFTMAX_KEYS = ("default", "renormalize_naive", "deepseek_v2")
-SIGMOID_KEYS = ("deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")
+SOFTMAX_KEYS = spec_routing.SOFTMAX_METHODS
+SIGMOID_KEYS = spec_routing.SIGMOID_METHODS
 RAW_KEYS = ("renormalize", "topk", "llama4", "topk_sigmoid")
 TANH_APPROX_REL = bounds.TANH_APPROX_REL  # recipe sigmoid "tanh": measured tanh.approx.f32 error
 
@@ -195,10 +195,7 @@ def _ideal_scores(config, inputs, ids):
     if method in ("llama4", "topk_sigmoid"):
         return _sigmoid64(take(x)), False
     s = take(_softmax64(x) if method in SOFTMAX_KEYS else _sigmoid64(x))
-    renorm = method in ("renormalize_naive", "minimax2") or (
-        config.renormalize and method in ("deepseek_v3", "deepseek_v2", "sigmoid_renorm")
-    )
-    return s, renorm
+    return s, spec_routing.renormalizes(method, config.renormalize)
 
 
 def ideal_weights(config, inputs, ids):
@@ -364,7 +361,7 @@ def compare_permutation(c, ids, out, tag):
     missing = [k for k in PERMUTATION_KEYS if k not in out]
     if missing:
         return Verdict(False, np.inf, f"the case has tile_tokens_dim={c.tile_tokens_dim} but no {missing} [{tag}]")
-    L = c.num_experts - c.local_expert_offset if c.local_num_experts is None else c.local_num_experts
+    L = c.num_local_experts
     S = c.num_fused_shared_experts
     local = permutation.local_expert_ids(ids, c.num_experts, c.local_expert_offset, L, S)
     problems = permutation.check_permutation(local, L + S, c.tile_tokens_dim,

@@ -131,7 +131,7 @@ def expert_permutation(config, ids):
     from spec import permutation
 
     c = config
-    L = c.num_experts - c.local_expert_offset if c.local_num_experts is None else c.local_num_experts
+    L = c.num_local_experts
     local = permutation.local_expert_ids(ids, c.num_experts, c.local_expert_offset, L, c.num_fused_shared_experts)
     n, tile = L + c.num_fused_shared_experts, c.tile_tokens_dim
     lay = permutation.layout(local, n, tile)

@@ -33,7 +33,7 @@ from .quant import (
     per_token_group_quant_fp8,
 )
 from .recipes import Recipe
-from .routing import expert_parallel_ids, route, softmax_exponents
+from .routing import SIGMOID_METHODS, expert_parallel_ids, renormalizes, route, softmax_exponents
 
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
@@ -361,8 +361,7 @@ def _tanh_score_sum(logits, routing, ids, R):
     (deepseek_v3 and sigmoid_renorm with renormalize, minimax2), for bounds.routing_weights' absolute
     tanh.approx term; None elsewhere (that term then assumes unrenormalized weights)."""
     method = routing["method"]
-    renormalized = method == "minimax2" or method in ("deepseek_v3", "sigmoid_renorm") and routing.get(
-        "renormalize", True)
+    renormalized = method in SIGMOID_METHODS and renormalizes(method, routing.get("renormalize", True))
     if R.sigmoid != "tanh" or not renormalized:
         return None
     x = np.take_along_axis(np.asarray(logits, np.float64), np.asarray(ids, np.int64), axis=1)

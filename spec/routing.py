@@ -65,6 +65,15 @@ from spec.recipes import GROUP_SCORES, RENORM_ORDERS, ROUTING_ARITHMETIC, SIGMOI
 ROUTED_DTYPES = ("fp32", "bf16")  # allowed bias_dtype and weights_dtype
 _BIASED = ("deepseek_v3", "minimax2")
 _GROUPED = ("deepseek_v3", "deepseek_v2")
+SOFTMAX_METHODS = ("default", "renormalize_naive", "deepseek_v2")  # select on a softmax over all E
+SIGMOID_METHODS = ("deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")  # select on σ(x) (+ bias)
+
+
+def renormalizes(method, renormalize=True):
+    """Whether `method`'s weights are its selected scores over their sum (+ eps): always for renormalize_naive
+    and minimax2, per ``renormalize`` for deepseek_v3, deepseek_v2 and sigmoid_renorm (method docstrings)."""
+    return method in ("renormalize_naive", "minimax2") or (
+        renormalize and method in ("deepseek_v3", "deepseek_v2", "sigmoid_renorm"))
 
 
 class Routing(NamedTuple):
@@ -454,7 +463,7 @@ def softmax_exponents(logits, method, ids):
     softmax; None for the methods without a softmax. An fp32 softmax rounds z before exp: each e^z then carries
     relative error u·|z|, so a weight e^z_i/Σ e^z_j moves by u·(|z_i| + Σ p_j|z_j|) relatively beyond the γ of
     spec.bounds.routing_weights (bounds.routing_weights' softmax_exponents)."""
-    if method not in ("default", "renormalize_naive", "deepseek_v2", "renormalize"):
+    if method not in (*SOFTMAX_METHODS, "renormalize"):
         return None
     x = np.asarray(logits, np.float64)
     ids = np.asarray(ids, np.int64)

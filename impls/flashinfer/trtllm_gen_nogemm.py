@@ -180,19 +180,7 @@ def run(config, inputs, device="cuda"):
     from . import _trtllm_gen_ops as ops
 
     c, r = config, config.routing
-    rc = routing_config(c)
-    a = routing.call_args(rc)
-    logits = to_torch(inputs["logits"], r.logits_dtype, device)
-    bias = None
-    if "bias" in inputs:
-        bias = to_torch(inputs["bias"], "fp32", device)
-        bias = bias.to(torch.bfloat16) if r.bias_dtype == "bf16" else bias
-    full = routing.trtllm_gen_routing(logits, bias, r.method, a, local_expert_offset=0,
-                                      local_num_experts=r.num_experts)
-    shard = full
-    if a["local_expert_offset"] != 0 or a["local_num_experts"] != r.num_experts:
-        shard = routing.trtllm_gen_routing(logits, bias, r.method, a, local_expert_offset=a["local_expert_offset"],
-                                           local_num_experts=a["local_num_experts"])
+    full, shard, a = routing.launches(routing_config(c), inputs, device)
     tile, offset = a["tile_tokens_dim"], a["local_expert_offset"]
     ids = routing.slot_ids(to_numpy(full["expanded_idx_to_permuted_idx"]), to_numpy(full["cta_idx_xy_to_batch_idx"]),
                            tile, 0)

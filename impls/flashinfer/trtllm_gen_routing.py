@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _trtllm_gen_jit as jit
 from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_torch
+from ._trtllm import METHODS
 
 NAME = "flashinfer.trtllm_gen_routing"
 OP = "routing"
@@ -34,20 +35,23 @@ RECIPE = "flashinfer_trtllm_gen_routing"  # declared semantics; recipe_for() pic
 AS_BUILT_ENV = "DIFFTEST_TRTLLM_GEN_AS_BUILT"  # "1": declare the grouped kernel's bf16 bias (an open finding)
 NATIVE = ((10, 0), (10, 3), (12, 0), (12, 1))  # FlashInfer builds and gates the module for these
 BUILT_HERE = ((9, 0),)  # built by this project for sm_90a
-METHODS = {"default": "Default", "renormalize": "Renormalize", "deepseek_v3": "DeepSeekV3",
-           "llama4": "Llama4", "renormalize_naive": "RenormalizeNaive", "topk": "TopK",
-           "sigmoid_renorm": "SigmoidRenorm", "minimax2": "MiniMax2", "sigmoid": "Sigmoid",
-           "topk_sigmoid": "TopKSigmoid"}
 EPS = 1e-20  # mSumEpsilon of every renormalizing path (trtllm_fused_moe_routing_runner.cu)
 DEFAULT_TILE = 8  # FlashInfer's default tile_tokens_dim
 UNWRITTEN = -7
 PERMUTATION_KEYS = ("total_num_padded_tokens", "expanded_idx_to_permuted_idx", "permuted_idx_to_token_idx",
                     "cta_idx_xy_to_batch_idx", "cta_idx_xy_to_mn_limit", "num_non_exiting_ctas")
-# Largest expert count the routingCustom kernels are instantiated for, per method (the last Tier<E, K> of each
-# PolicyTraits list, RoutingCustomPolicy.cuh:825-898; a larger E fails at launch: "no compiled tier covers
-# numExperts=…"), and the Llama4 kernel's limit (trtllm_fused_moe_routing_llama4.cu:536). All hold top_k <= 8.
-MAX_EXPERTS = {"default": 256, "sigmoid_renorm": 256, "sigmoid": 256, "topk_sigmoid": 256, "topk": 256,
-               "renormalize": 2048, "renormalize_naive": 2048, "minimax2": 1024, "deepseek_v3": 1024, "llama4": 128}
+# routingCustom's instantiated expert tiers per method (the Tier<E, K> of each PolicyTraits list,
+# RoutingCustomPolicy.cuh:825-898; all hold top_k <= 8) and the grouped DeepSeekV3 kernel's (deepseek.cu:66-79):
+# the dispatched tier sizes the histogram kernels' thread count, and E above a method's last tier fails at launch
+# ("no compiled tier covers numExperts=…"). Llama4's kernel takes at most 128 experts (llama4.cu:536).
+CUSTOM_TIERS = {"default": (128, 256), "sigmoid_renorm": (128, 256), "sigmoid": (128, 256),
+                "topk_sigmoid": (128, 256), "topk": (128, 256),
+                "renormalize": (128, 160, 256, 512, 576, 768, 896, 1024, 2048),
+                "renormalize_naive": (128, 160, 256, 512, 576, 768, 896, 1024, 2048),
+                "minimax2": (128, 256, 384, 512, 896, 1024), "deepseek_v3": (128, 256, 384, 512, 896, 1024)}
+GROUPED_TIERS = (128, 256, 384, 512)
+MAX_EXPERTS = {**{m: tiers[-1] for m, tiers in CUSTOM_TIERS.items()}, "llama4": 128}
+RESERVED_SMS = 8  # getCoopLaunchSMCounts' default reserve (Kernel.cuh:49-96)
 NO_BIAS_CRASH = "flashinfer-trtllm_gen_routing-no_bias_ungrouped"  # open fixture
 DEEPSEEK_MAX_TOPK_GROUP = 4
 DEEPSEEK_MAX_GROUPS = 8
@@ -93,8 +97,6 @@ def unsupported(config):
         return f"eps={c.eps}: the renormalizing kernels divide by Σ + {EPS}"
     if c.method in ("deepseek_v3", "minimax2") and not c.renormalize:
         return f"renormalize=False: the {c.method} kernels always renormalize"
-    if c.method == "minimax2" and c.routed_scaling_factor not in (None, 1.0):
-        pass  # the runner passes routedScalingFactor through (mRouteScale), as the spec scales
     if c.method not in ("deepseek_v3", "minimax2") and c.routed_scaling_factor not in (None, 1.0):
         return f"routed_scaling_factor={c.routed_scaling_factor}: {c.method} kernels apply no scaling factor"
     if c.method == "deepseek_v3":
@@ -132,16 +134,6 @@ def recipe_for(config):
     its grouped as-built row (as_built_bias) to look past that open finding in a campaign."""
     return RECIPE + ("_grouped_as_built" if as_built_bias(config) else "")
 
-
-# routingCustom's instantiated expert tiers per method (RoutingCustomPolicy.cuh:825-898) and the grouped
-# DeepSeekV3 kernel's (deepseek.cu:66-79): the dispatched tier sizes the histogram kernels' thread count.
-CUSTOM_TIERS = {"default": (128, 256), "sigmoid_renorm": (128, 256), "sigmoid": (128, 256),
-                "topk_sigmoid": (128, 256), "topk": (128, 256),
-                "renormalize": (128, 160, 256, 512, 576, 768, 896, 1024, 2048),
-                "renormalize_naive": (128, 160, 256, 512, 576, 768, 896, 1024, 2048),
-                "minimax2": (128, 256, 384, 512, 896, 1024), "deepseek_v3": (128, 256, 384, 512, 896, 1024)}
-GROUPED_TIERS = (128, 256, 384, 512)
-RESERVED_SMS = 8  # getCoopLaunchSMCounts' default reserve (Kernel.cuh:49-96)
 
 
 def _tier(tiers, n):
@@ -248,8 +240,10 @@ def slot_ids(expanded_idx_to_permuted_idx, cta_idx_xy_to_batch_idx, tile, offset
     return np.where(inside, ctas[np.where(inside, tiles, 0)] + offset, -1).astype(np.int32)
 
 
-def run(config, inputs, device="cuda"):
-    """inputs {"logits" [T, E], "bias" [E] or absent} -> {"ids", "weights"} (+ the permutation)."""
+def launches(config, inputs, device="cuda"):
+    """(full, shard, call_args) for a RoutingConfig and its numpy inputs: the launch with every expert local (the
+    ids of the whole selection) and the launch on the configuration's expert shard (the same dict when the shard
+    is every expert), torch tensors as trtllm_gen_routing returns them."""
     import torch
 
     c = config
@@ -261,20 +255,25 @@ def run(config, inputs, device="cuda"):
             bias = bias.to(torch.bfloat16)  # the caller's cast; the kernel then reads bf16
     a = call_args(c)
     full = trtllm_gen_routing(logits, bias, c.method, a, local_expert_offset=0, local_num_experts=c.num_experts)
-    torch.cuda.synchronize()
-    got = {k: to_numpy(v) for k, v in full.items()}
-    tile = a["tile_tokens_dim"]
-    ids = slot_ids(got["expanded_idx_to_permuted_idx"], got["cta_idx_xy_to_batch_idx"], tile, 0)
-    result = {"ids": ids, "weights": got["topk_weights"]}
-    if c.tile_tokens_dim is None:
-        return result
-    shard = got
+    shard = full
     if a["local_expert_offset"] != 0 or a["local_num_experts"] != c.num_experts:
-        part = trtllm_gen_routing(logits, bias, c.method, a, local_expert_offset=a["local_expert_offset"],
-                                  local_num_experts=a["local_num_experts"])
+        shard = trtllm_gen_routing(logits, bias, c.method, a, local_expert_offset=a["local_expert_offset"],
+                                   local_num_experts=a["local_num_experts"])
+    if logits.is_cuda:
         torch.cuda.synchronize()
-        shard = {k: to_numpy(v) for k, v in part.items()}
-        if not np.array_equal(shard["topk_weights"], got["topk_weights"], equal_nan=True):
-            t = int(np.argwhere(~np.isclose(shard["topk_weights"], got["topk_weights"], 0, 0, True))[0, 0])
-            raise AssertionError(f"weights of token {t} differ between the full and the sharded launch")
+    return full, shard, a
+
+
+def run(config, inputs, device="cuda"):
+    """inputs {"logits" [T, E], "bias" [E] or absent} -> {"ids", "weights"} (+ the permutation)."""
+    full, part, a = launches(config, inputs, device)
+    got = {k: to_numpy(v) for k, v in full.items()}
+    ids = slot_ids(got["expanded_idx_to_permuted_idx"], got["cta_idx_xy_to_batch_idx"], a["tile_tokens_dim"], 0)
+    result = {"ids": ids, "weights": got["topk_weights"]}
+    if config.tile_tokens_dim is None:
+        return result
+    shard = got if part is full else {k: to_numpy(v) for k, v in part.items()}
+    if not np.array_equal(shard["topk_weights"], got["topk_weights"], equal_nan=True):
+        t = int(np.argwhere(~np.isclose(shard["topk_weights"], got["topk_weights"], 0, 0, True))[0, 0])
+        raise AssertionError(f"weights of token {t} differ between the full and the sharded launch")
     return {**result, **{k: shard[k] for k in PERMUTATION_KEYS}}
