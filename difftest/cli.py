@@ -176,6 +176,18 @@ def failures_by_signature(out):
     return n
 
 
+def bias_findings(out):
+    """difftest/bias.py over this run's rows (cases-*.jsonl, before the merge): the cells whose errors push one
+    way, [{impl, op, quant, cases, evidence, message}]."""
+    from .bias import Monitor
+
+    monitor = Monitor()
+    for p in sorted(out.glob("cases-*.jsonl")):
+        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+            monitor.add(row)
+    return monitor.findings()
+
+
 def nothing_compared(cases, skips, limit):
     """The one-line reason a campaign compared no case (exit 2); limit: what ended it."""
     if cases:
@@ -419,6 +431,7 @@ def run_campaign(args, out):
     findings = _findings([f for fs, _ in results.values() for f in fs], out)
     ran, compared, skips = this_run(out)
     per_signature = failures_by_signature(out)
+    biased = bias_findings(out)
     summary = summarize(out)
     summary.update(
         {
@@ -433,6 +446,7 @@ def run_campaign(args, out):
             "interrupted": received[0] if received else None,
             "compared": compared,
             "distinct_findings": distinct_findings(findings, per_signature),
+            "bias_findings": biased,
             "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
                                if sig in args.known_signatures],
             "host": merge.host_info(),
@@ -454,16 +468,18 @@ def run_campaign(args, out):
         print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field):")
         for d in distinct:
             print(f"  [{', '.join(d['signature'])}] {d['cases']} failing cases, fixture {d['fixture']}")
+    for b in biased:
+        print(f"FINDING [{b['op']}, {b['impl']}, bias] {b['cases']} cases: {b['message']}")
     for k in summary["known_failures"]:
         print(f"known (--known): [{', '.join(k['signature'])}] {k['cases']} failing cases, not reported again")
     print(report.maybe_render(out))
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
-    if not findings and not compared:  # a campaign that compared nothing is no clean run
+    if not findings and not biased and not compared:  # a campaign that compared nothing is no clean run
         limit = (f"stopped by {received[0]}" if received else f"--time-budget {budget:g} s"
                  if args.max_examples is None else f"--max-examples {args.max_examples}")
         raise UsageError(nothing_compared(ran, skips, limit))
-    return 1 if findings else 0
+    return 1 if findings or biased else 0
 
 
 # ---- replay

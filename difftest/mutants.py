@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from hypothesis import settings
 
-from . import campaign, generate, strategies
+from . import bias, campaign, generate, strategies
 from .case import DEV_KERNELS, OPS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, Case
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -449,7 +449,8 @@ def hunt(
     """Fuzz mutant `name` on the ops reaching its module, chunk by chunk, until a finding or a budget ends."""
     impl = build(name)
     mutant = MUTANTS[name]
-    state = {"n": 0, "first": None, "last_case": None}
+    state = {"n": 0, "first": None, "last_case": None, "biased": None}
+    monitor = bias.Monitor()  # the cells' bias test (difftest/bias.py): a finding of the cell, not of one case
     t0 = time.perf_counter()
 
     def record(row):
@@ -458,6 +459,8 @@ def hunt(
             state["last_case"] = row["case"]  # Hypothesis replays the shrunk example last
             if state["first"] is None:
                 state["first"] = (state["n"], time.perf_counter() - t0)
+        if monitor.add(row) and state["biased"] is None:
+            state["biased"] = (state["n"], time.perf_counter() - t0, row)
 
     chunks = plan(mutant)
     per_example = dict(SECONDS_PER_EXAMPLE)
@@ -495,6 +498,10 @@ def hunt(
         generated += res.examples
         per_example[op] = (time.perf_counter() - t_chunk) / max(1, res.examples)
         i += 1
+        if state["biased"] is not None:
+            n_first, s_first, at = state["biased"]
+            return Kill(name, True, at["op"], n_first, s_first, time.perf_counter() - t0, at["case"],
+                        monitor.findings()[0]["message"], None)
     return Kill(
         name, False, None, generated, time.perf_counter() - t0, time.perf_counter() - t0, None, None, None
     )
