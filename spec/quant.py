@@ -218,7 +218,7 @@ def hopper_fp8_step(c, a, w):
 HOPPER_CHUNK_ELEMENTS = 1 << 22  # products per hopper_fp8_step call (32 MiB of float64)
 
 
-def _hopper_block_sums(a, w, block):
+def hopper_block_sums(a, w, block):
     """[M, N, K/block] block sums of a [M, K], w [N, K] (e4m3 values, float64), each block a chain of
     hopper_fp8_step from 0 in ascending K; columns in chunks that bound the products' memory."""
     (m, k), n = a.shape, w.shape[0]
@@ -253,7 +253,7 @@ def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
         raise ValueError(f"scales {a_s.shape}, {w_s.shape} must be [M, ceil(K/{block})], "
                          f"[ceil(N/{block}), ceil(K/{block})]")
     a, w = E4M3_VALUES[aq].astype(np.float64), E4M3_VALUES[wq].astype(np.float64)
-    hopper = _hopper_block_sums(a, w, block) if acc == "hopper_fp8" else None
+    hopper = hopper_block_sums(a, w, block) if acc == "hopper_fp8" else None
     out = np.zeros((m, n), np.float64 if acc == "fp64" else np.float32)
     for b in range(kb):
         cols = slice(b * block, (b + 1) * block)
@@ -274,14 +274,19 @@ def mxfp8_quant(x, *, rule="ocp"):
     if rule not in MXFP8_RULES:
         raise ValueError(f"rule={rule!r} is not one of {MXFP8_RULES}")
     groups = _rows_of_groups(x, MX_BLOCK, "x")
-    amax = _amax(groups)
-    if rule == "ocp":
-        _, e = np.frexp(amax)  # amax = f·2^e, f in [0.5, 1): floor(log2 amax) = e - 1, exact
-        codes = np.where(amax > 0, np.clip(e - 1 - E4M3_EMAX + 127, 0, 254), 0).astype(np.uint8)
-    else:
-        codes = ue8m0_ceil(amax * RCP448)
+    codes = mx_scale(_amax(groups), rule)
     v = np.ldexp(groups.astype(np.float64), 127 - codes[..., None].astype(np.int32))
     return encode(v, E4M3FN, saturate=True).reshape(x.shape), codes
+
+
+def mx_scale(amax, rule):
+    """e8m0 code of the MXFP8 scale X of a block whose amax is `amax` (fp32 values, >= 0), non-decreasing in
+    amax: ocp X = 2^(floor(log2 amax) - 8), ceil448 X = ue8m0_ceil(fl(amax·fl(1/448))); amax 0 -> code 0."""
+    amax = _fp32_values(amax, "amax")
+    if rule == "ocp":
+        _, e = np.frexp(amax)  # amax = f·2^e, f in [0.5, 1): floor(log2 amax) = e - 1, exact
+        return np.where(amax > 0, np.clip(e - 1 - E4M3_EMAX + 127, 0, 254), 0).astype(np.uint8)
+    return ue8m0_ceil(amax * RCP448)
 
 
 def mxfp8_dequant(q, scales):
