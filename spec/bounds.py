@@ -201,21 +201,27 @@ def directed_products(lo, hi, w_pos, w_neg):
     return np.maximum(p[:m, :n] + p[m:, n:], p[m:, :n] + p[:m, n:])
 
 
-def _interval_rounding(v, r, delta, fmt):
+def _own(v, exact):
+    """How far the spec's float64 v may be from the exact pre-rounding value: 4 float64 ulps, 0 where v is exact
+    (a stored value). With δ = 0 as well the rounding is then compared exactly, ties to even included."""
+    return 0.0 if exact else 4 * U64 * np.abs(v)
+
+
+def _interval_rounding(v, r, delta, fmt, exact=False):
     """max over v' in [v − δ, v + δ] of |R(v') − r| by monotonicity of R (see module docstring)."""
-    d = delta + 4 * U64 * np.abs(v)  # the spec's own float64 value of v
+    d = delta + _own(v, exact)
     hi = np.abs(round_to(v + d, fmt, saturate=True).astype(np.float64) - r)
     lo = np.abs(r - round_to(v - d, fmt, saturate=True).astype(np.float64))
     return np.where(d > 0, np.maximum(hi, lo), 0.0)
 
 
-def rounded_reach(v, r, e, fmt, flush=False):
+def rounded_reach(v, r, e, fmt, flush=False, exact=False):
     """(lo, hi, None): R(v') − r ∈ [lo, hi] for |v' − v| ≤ e.hard, r = R(v) (the interval rule, directed:
     lo ≤ 0 ≤ hi, and for most elements one of them is 0, the other side's midpoint being out of reach); flush: FTZ
     may store 0. None: no shared scale (requant_reach's rho)."""
     f = as_format(fmt)
     v, r = np.asarray(v, np.float64), np.asarray(r, np.float64)
-    d = e.hard + 4 * U64 * np.abs(v)
+    d = e.hard + _own(v, exact)
     hi = np.where(d > 0, round_to(v + d, f, saturate=True).astype(np.float64) - r, 0.0)
     lo = np.where(d > 0, round_to(v - d, f, saturate=True).astype(np.float64) - r, 0.0)
     if flush:
@@ -230,11 +236,12 @@ def _flush(v, r, delta, fmt):
     return np.where(np.abs(v) - d < fmt.min_normal, np.abs(np.asarray(r, np.float64)), 0.0)
 
 
-def rounded(v, r, e, fmt, flush=False):
+def rounded(v, r, e, fmt, flush=False, exact=False):
     """r = round_to(v, fmt). hard/prob: the rounding rule; ideal: δ + u·|v| + min_subnormal/2. flush (the
-    recipe's subnormals == "flush"): at least |r| where |v| − δ < min_normal (module docstring, FTZ)."""
+    recipe's subnormals == "flush"): at least |r| where |v| − δ < min_normal (module docstring, FTZ). exact: v
+    is the exact pre-rounding value (a stored value), so where δ = 0 the rounding is compared exactly."""
     f = as_format(fmt)
-    hard, prob = _interval_rounding(v, r, e.hard, f), _interval_rounding(v, r, e.prob, f)
+    hard, prob = _interval_rounding(v, r, e.hard, f, exact), _interval_rounding(v, r, e.prob, f, exact)
     if flush:
         hard, prob = np.maximum(hard, _flush(v, r, e.hard, f)), np.maximum(prob, _flush(v, r, e.prob, f))
     return Err(hard, prob, e.ideal + f.unit_roundoff * np.abs(v) + f.min_subnormal / 2)

@@ -312,8 +312,8 @@ def _expert(x, ex, wt, ew, wd, c):
         a = round_to(p, R.act_compute)
         ea = ep and bounds.rounded(p, a, ep, R.act_compute, R.subnormals == "flush")
     flush = R.subnormals == "flush"
-    a2 = round_to(a, R.act_out)
-    ea2 = ea and bounds.rounded(a, a2, ea, R.act_out, flush)
+    a2 = round_to(a, R.act_out)  # a is a stored act_compute value: exact
+    ea2 = ea and bounds.rounded(a, a2, ea, R.act_out, flush, exact=True)
     last = (a, a2, ea)  # the intermediate's last rounding: GEMM2's operand error is its directed reach
     weighted_early = not c.router_weight_on_input and R.router_weight_at == "before_requant"
     if weighted_early:  # mono_moe: w·act in fp32, then the re-quantization sees the weighted value
@@ -335,7 +335,7 @@ def _expert(x, ex, wt, ew, wd, c):
         flips = np.count_nonzero(changed, axis=-1) if ea2 else flips
     else:
         op, ev = Operand(np.asarray(a2, np.float64), None), ea2
-        reach = ea2 and bounds.rounded_reach(*last, R.act_out, flush)
+        reach = ea2 and bounds.rounded_reach(*last, R.act_out, flush, exact=not weighted_early)
     y, ey = _weight_gemm(op, ev, wd, "w2", c, block=group, reach=reach)
     weighted_in_gemm2 = not c.router_weight_on_input and R.router_weight_at == "gemm2"
     if weighted_in_gemm2:  # the fp32 accumulator times the router weight, then the expert_out write
@@ -529,5 +529,5 @@ def _combine(total, total_abs, err, slots, rsf, R):
         err = err and bounds.product(c, np.float64(rsf), err, Err(0.0, 0.0, 0.0))
         c = round_to(scaled, R.combine)
         err = err and bounds.rounded(scaled, c, err, R.combine, R.subnormals == "flush")
-    out = round_to(c, R.out)
-    return out, err and bounds.rounded(c, out, err, R.out, R.subnormals == "flush")
+    out = round_to(c, R.out)  # c is a stored combine value: exact
+    return out, err and bounds.rounded(c, out, err, R.out, R.subnormals == "flush", exact=True)

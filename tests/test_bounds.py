@@ -11,6 +11,7 @@ from hypothesis.extra.numpy import arrays
 from test_layer import problem, quantized_weights
 from within import assert_within
 
+from difftest.compare import elementwise
 from spec import bounds, mlp, quant, recipes
 from spec.bounds import Err
 from spec.layer import StackedWeights, moe_layer, quantize
@@ -138,6 +139,20 @@ def test_directed_rounding_and_products(seed, fmt, log_rel):
     for _ in range(16):
         d = lo + rng.random(lo.shape) * (hi - lo)
         assert np.all(np.abs(d @ w.T) <= bound + 1e-12)
+
+
+def test_rounding_of_an_exact_value_without_freedom_is_exact():
+    """δ = 0 on an exactly known value: no freedom, so the bound is 0 even at a tie (ties to even compared
+    exactly: an implementation rounding 1 + 2^-8 away from zero to bf16 fails); a float64 value that may be a few
+    ulps off keeps one ulp there."""
+    v = np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, 1.3])  # two bf16 ties (to 1 and to 1 + 2^-6) and a plain value
+    r = round_to(v, "bf16").astype(np.float64)
+    zero = Err(np.zeros(3), np.zeros(3), np.zeros(3))
+    assert np.all(bounds.rounded(v, r, zero, "bf16", exact=True).hard == 0)
+    assert np.all(bounds.rounded_reach(v, r, zero, "bf16", exact=True)[1] == 0)
+    assert np.all(bounds.rounded(v, r, zero, "bf16").hard[:2] == 2.0**-7)
+    away = np.array([1 + 2.0**-7, 1 + 2 * 2.0**-7, 1.296875])  # ties rounded away from zero, 1.3 as RNE
+    assert not elementwise("ties away", away, r, bounds.rounded(v, r, zero, "bf16", exact=True).hard, "t").ok
 
 
 def test_scale_motion_charges_a_group_once():
