@@ -536,7 +536,7 @@ def compare_moe(case, inputs, out, recipe, tag):
     v_ideal = recipe_vs_ideal(case, inputs, spec, used)
     v_weights = PASS
     if ids is not None and "weights" in out:  # exposed router weights: as the routing op's, at the same ids
-        v_weights = compare_routing(replace(case, op="routing", config=moe_routing(c)), inputs,
+        v_weights = compare_routing(replace(case, op="routing", config=moe_routing(c), weight_seed=None), inputs,
                                     {"ids": ids, "weights": out["weights"]}, recipe, tag)
     v_bias, pairs = PASS, ()
     if bias.not_applicable(recipe) is None:  # errors of a correct implementation are symmetric: no one-way push

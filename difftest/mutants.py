@@ -27,6 +27,7 @@ import types
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 from hypothesis import settings
 
 from . import bias, campaign, generate, strategies
@@ -334,8 +335,67 @@ EQUIVALENT = (
         "equal keys go to the higher expert index: a valid selection, which the tie-aware check must accept",
     ),
 )
+_RZ_MATMUL = '''    return truncating_matmul(a, w)
+
+
+def truncating_matmul(a, w):
+    """a @ w.T summed in K order in an fp32 accumulator that rounds toward zero (the seeded bug)."""
+    p = a.unsqueeze(1) * w.unsqueeze(0)  # fp32 products, exact for bf16 operands
+    acc = torch.zeros(p.shape[:2], dtype=torch.float32, device=a.device)
+    for k in range(p.shape[-1]):
+        s = acc.double() + p[..., k].double()
+        f = s.float()
+        acc = torch.where(f.double().abs() > s.abs(), torch.nextafter(f, torch.zeros_like(f)), f)
+    return acc'''
+_TRUNCATE_BF16 = "(x.float().contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)"
+# Fixed-size numeric bugs for the width sweep (`detection`, tests/test_width.py, heavy tier): their size per
+# element does not depend on the layer's width, so a tester whose kill power falls with H misses them at model
+# widths. Not in CATALOGUE: at the fuzzer's default widths the accumulator's truncation is too small to move a
+# bf16 output, and the others die at once.
+WIDTH = (
+    M(
+        "gemm1_out_truncated",
+        "layer",
+        "    h = h.to(torch.bfloat16)\n",
+        f"    h = {_TRUNCATE_BF16.replace('x.', 'h.')}\n",
+        "a truncating fp32 -> bf16 conversion (bit shift instead of RNE) on a GEMM output",
+        "GEMM1's fp32 result stored in bf16 by truncation (toward zero) instead of RNE",
+    ),
+    M(
+        "expert_out_truncated",
+        "layer",
+        "    return y.to(torch.bfloat16)\n",
+        f"    return {_TRUNCATE_BF16.replace('x.', 'y.')}\n",
+        "a truncating fp32 -> bf16 conversion on the expert output",
+        "each expert's weighted output stored in bf16 by truncation instead of RNE",
+    ),
+    M(
+        "truncating_accumulator",
+        "layer",
+        "    return a @ w.t()",
+        _RZ_MATMUL,
+        "issue 21: a bf16-path GEMM whose fp32 accumulator truncates",
+        "bf16-path GEMMs summed in K order in an fp32 accumulator rounding toward zero",
+    ),
+    M(
+        "router_weights_bf16",
+        "layer",
+        'if weights_dtype == "bf16":\n',
+        "if True:\n",
+        "issue 21: bf16 router weights where the recipe declares fp32",
+        "router weights rounded to bf16 although the recipe declares fp32",
+    ),
+    M(
+        "silu_stored_bf16",
+        "layer",
+        "    return F.silu(gate) * up",
+        "    return F.silu(gate).to(torch.bfloat16).float() * up",
+        "issue 21: an intermediate stored in a narrower format than declared",
+        "silu(gate) stored in bf16 before the product, where the recipe computes the activation in fp32",
+    ),
+)
 IDENTITY = Mutant("identity", None, "", "", "none", "the unpatched copy: must never be flagged")
-MUTANTS = {m.name: m for m in CATALOGUE + EQUIVALENT + (IDENTITY,)}
+MUTANTS = {m.name: m for m in CATALOGUE + EQUIVALENT + WIDTH + (IDENTITY,)}
 _BUILT = {}
 
 
@@ -505,6 +565,66 @@ def hunt(
     return Kill(
         name, False, None, generated, time.perf_counter() - t0, time.perf_counter() - t0, None, None, None
     )
+
+
+# ---- detection across widths (issue 21 item 3)
+
+WIDTHS = {64: 64, 512: 256, 2048: 768, 7168: 2048}  # H -> I: Qwen3-30B-A3B's I at 2048, DeepSeek-V3's at 7168
+
+
+class Detection(NamedTuple):
+    mutant: str
+    hidden: int
+    intermediate: int
+    cases: int
+    changed: int  # cases whose output the mutant changed (against the unpatched copy)
+    caught: int  # changed cases that failed on their own (bound, exposed weights, per-case bias test)
+    cell_cases: int | None  # cases after which the cell's bias test rejected (difftest/bias.py), None: never
+    seconds: float
+
+    @property
+    def detected(self):
+        return self.caught > 0 or self.cell_cases is not None
+
+
+def detection(name, hidden, cases=8, tokens=16, quant="bf16"):
+    """Detection of mutant `name` on `cases` moe cases of width `hidden` (intermediate WIDTHS[hidden]; 8 experts,
+    top-2 renormalize, swiglu, one set of expert weights), as a campaign cell sees it: each case on its own, and
+    the cell's bias test over all of them."""
+    from .case import MoEConfig, RoutingConfig
+    from .check import read_only, run_case
+
+    impl, ref, monitor = build(name), build("identity"), bias.Monitor()
+    changed = caught = 0
+    cell_cases = None
+    t0 = time.perf_counter()
+    for seed in range(cases):
+        config = MoEConfig(RoutingConfig("renormalize", tokens, 8, 2), hidden, WIDTHS[hidden], quant=quant)
+        case = Case("moe", config, "normal", seed, weight_seed=0)
+        inputs = generate.inputs(case)
+        differs = bool(np.any(impl.run(case, read_only(inputs))["out"] != ref.run(case, read_only(inputs))["out"]))
+        result = run_case(impl, case, inputs)
+        changed += differs
+        caught += differs and result.status in ("fail", "error")
+        if monitor.add(campaign.case_row(impl.name, case, result)) and cell_cases is None:
+            cell_cases = seed + 1
+    return Detection(name, hidden, WIDTHS[hidden], cases, changed, caught, cell_cases, time.perf_counter() - t0)
+
+
+def detection_table(rows):
+    """Markdown: one line per mutant, one column per width: caught / changed cases, and the cell's bias test."""
+    widths = sorted({d.hidden for d in rows})
+    head = ["| mutant | " + " | ".join(f"H = {h} (I = {WIDTHS[h]})" for h in widths) + " |",
+            "|---|" + "---|" * len(widths)]
+    lines = []
+    for name in dict.fromkeys(d.mutant for d in rows):
+        cells = []
+        for h in widths:
+            d = next(x for x in rows if x.mutant == name and x.hidden == h)
+            cell = f"bias test after {d.cell_cases}" if d.cell_cases else "bias test: no"
+            cells.append(f"{d.caught}/{d.changed} of {d.cases}; {cell}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(head + lines)
 
 
 def _hunt_star(args):
