@@ -135,6 +135,11 @@ class Monitor:
         self.cases[cell] = self.cases.get(cell, 0) + 1
         return self.cells[cell].rejects(self.alpha)
 
+    def cells_summary(self):
+        """[{impl, op, quant, cases, tokens, log_evidence}] of every cell seen: how far each is from rejecting."""
+        return [{"impl": cell[0], "op": cell[1], "quant": cell[2], "cases": self.cases[cell], "tokens": e.tokens,
+                 "log_evidence": round(e.log_m(), 3)} for cell, e in self.cells.items()]
+
     def findings(self):
         """[{impl, op, quant, cases, evidence, message}] of the cells whose evidence rejects."""
         return [{"impl": cell[0], "op": cell[1], "quant": cell[2], "cases": self.cases[cell],

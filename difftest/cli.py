@@ -176,16 +176,16 @@ def failures_by_signature(out):
     return n
 
 
-def bias_findings(out):
-    """difftest/bias.py over this run's rows (cases-*.jsonl, before the merge): the cells whose errors push one
-    way, [{impl, op, quant, cases, evidence, message}]."""
+def bias_cells(out):
+    """difftest/bias.py over this run's rows (cases-*.jsonl, before the merge): (the cells whose errors push one
+    way, [{impl, op, quant, cases, evidence, message}]; every cell's evidence, Monitor.cells_summary)."""
     from .bias import Monitor
 
     monitor = Monitor()
     for p in sorted(out.glob("cases-*.jsonl")):
         for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
             monitor.add(row)
-    return monitor.findings()
+    return monitor.findings(), monitor.cells_summary()
 
 
 def nothing_compared(cases, skips, limit):
@@ -431,7 +431,7 @@ def run_campaign(args, out):
     findings = _findings([f for fs, _ in results.values() for f in fs], out)
     ran, compared, skips = this_run(out)
     per_signature = failures_by_signature(out)
-    biased = bias_findings(out)
+    biased, evidence = bias_cells(out)
     summary = summarize(out)
     summary.update(
         {
@@ -447,6 +447,7 @@ def run_campaign(args, out):
             "compared": compared,
             "distinct_findings": distinct_findings(findings, per_signature),
             "bias_findings": biased,
+            "bias_cells": evidence,
             "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
                                if sig in args.known_signatures],
             "host": merge.host_info(),
