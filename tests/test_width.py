@@ -10,7 +10,9 @@ from difftest import mutants
 
 CASES = {64: 8, 512: 8, 2048: 8, 7168: 6}
 # Detected at every width: the one-way stores through the bias test, bf16 router weights through the exposed
-# weights. Measured and printed, not asserted: an unbiased narrower store and the truncating accumulator (below).
+# weights. Printed, not asserted: an unbiased narrower store, caught per case only at small widths (README, "Not
+# done"). The truncating accumulator of a bf16 pipeline is measured apart (README): too slow for a sweep, and not
+# caught within 40 cases at H = 512 or 2048.
 KILLED_AT_EVERY_WIDTH = ("gemm1_out_truncated", "expert_out_truncated", "router_weights_bf16")
 MEASURED = ("silu_stored_bf16",)
 
@@ -25,13 +27,3 @@ def test_detection_does_not_fall_with_width():
             assert d.changed == 0 and not d.detected, d
         elif d.mutant in KILLED_AT_EVERY_WIDTH:
             assert d.changed == d.cases and d.detected, d
-
-
-@pytest.mark.heavy
-@pytest.mark.parametrize("hidden", [512, 2048])
-def test_truncating_accumulator_caught_where_it_moves_outputs(hidden):
-    """The bf16 path's truncating fp32 accumulator moves bf16 outputs once K is in the hundreds; its push toward
-    zero is diluted by the unbiased flips it causes through GEMM1, so its cell needs a few dozen cases."""
-    d = mutants.detection("truncating_accumulator", hidden, cases=40)
-    print(d)
-    assert d.changed == d.cases and d.detected, d
