@@ -38,6 +38,7 @@ from .routing import SIGMOID_METHODS, expert_parallel_ids, renormalizes, route, 
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
 ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_blocked", "hopper_fp8")
+BLOCKED = ("fp32_blocked", "hopper_fp8")  # accumulations emulated on FP8 codes by block_scaled_gemm
 FP8_BLOCK = 128
 SLAB = 32  # weight rows decoded at a time (divides FP8_BLOCK): a [32, 7168] float64 slab stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
@@ -96,7 +97,7 @@ def _gemm(a, w, accumulate):
     values; "fp32_blocked" and "hopper_fp8": block_scaled_gemm on FP8 codes (as "fp32" for other operands)."""
     if accumulate == "exact":
         return a.values @ w.values.T
-    if accumulate in ("fp32_blocked", "hopper_fp8") and a.fp8 is not None and w.fp8 is not None:
+    if accumulate in BLOCKED and a.fp8 is not None and w.fp8 is not None:
         (aq, a_s), (wq, w_s) = a.fp8, w.fp8
         r = a_s.shape[1] // w_s.shape[1]  # activation groups per 128-wide weight block: 2 for 1×64 (mono_moe)
         w_s = np.repeat(np.repeat(w_s, r, 0), r, 1)[: -(-wq.shape[0] * r // FP8_BLOCK)]
@@ -117,26 +118,30 @@ def _nibbles(packed):
     return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
 
 
-def _slabs(wd, name, quant, gated):
-    """(rows, block-scale rows) of each SLAB-row slab of weight `name`, the unit in which it is decoded. The
-    two halves of a gated w13 each have their own ceil(I/128) block-scale rows (sem §3): no slab straddles
-    them, nor a block row."""
+def _parts(wd, name, quant, gated):
+    """(first row, end row, first block-scale row) of each part of weight `name` with its own block-scale rows:
+    the whole weight, or the two halves of a gated w13, which each have ceil(I/128) block-scale rows (sem §3)."""
     n = np.shape(wd[name])[0]
-    parts = [(0, n, 0)]
-    if name == "w13" and gated:
-        if n % 2:
-            raise ValueError(f"gated w13 needs 2I rows, got {n}")
-        half = n // 2
-        blocks = -(-half // FP8_BLOCK)
-        if quant == "fp8_block" and np.shape(wd["w13_scale"])[0] != 2 * blocks:
-            raise ValueError(
-                f"gated fp8_block w13_scale needs 2·ceil(I/128) = {2 * blocks} rows, "
-                f"got {np.shape(wd['w13_scale'])[0]}"
-            )
-        parts = [(0, half, 0), (half, n, blocks)]
+    if not (name == "w13" and gated):
+        return [(0, n, 0)]
+    if n % 2:
+        raise ValueError(f"gated w13 needs 2I rows, got {n}")
+    half = n // 2
+    blocks = -(-half // FP8_BLOCK)
+    if quant == "fp8_block" and np.shape(wd["w13_scale"])[0] != 2 * blocks:
+        raise ValueError(
+            f"gated fp8_block w13_scale needs 2·ceil(I/128) = {2 * blocks} rows, "
+            f"got {np.shape(wd['w13_scale'])[0]}"
+        )
+    return [(0, half, 0), (half, n, blocks)]
+
+
+def _slabs(wd, name, quant, gated):
+    """(rows, block-scale rows) of each SLAB-row slab of weight `name`, the unit in which it is decoded: no
+    slab straddles two parts (_parts), nor a block row."""
     return [
         (slice(r, min(r + SLAB, end)), slice(b, b + 1))
-        for start, end, first in parts
+        for start, end, first in _parts(wd, name, quant, gated)
         for r in range(start, end, SLAB)
         for b in [first + (r - start) // FP8_BLOCK]
     ]
@@ -168,9 +173,15 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     if ex and emulated:  # one more left operand: outputs whose block sums may see another code
         left = np.concatenate([left, x.changed.astype(np.float64)])
     y, products = [], []
+    blocked = c.accumulate in BLOCKED and x.fp8 is not None and c.quant == "fp8_block"  # as _gemm decides
+    if blocked:  # on the codes, one call per part (each output is its own sum): large calls amortize the setup
+        for start, end, first in _parts(wd, name, c.quant, gated):
+            s = np.asarray(wd[name + "_scale"])[first:first + -(-(end - start) // FP8_BLOCK)]
+            y.append(_gemm(x, Operand(None, (np.asarray(wd[name])[start:end], s)), c.accumulate))
     for rows, scale_rows in _slabs(wd, name, c.quant, gated):
         w = _weight(wd, name, c.quant, rows, scale_rows)
-        y.append(_gemm(x, w, c.accumulate))
+        if not blocked:
+            y.append(_gemm(x, w, c.accumulate))
         products.append(ex and left @ np.abs(w.values).T)
     if not ex:
         return np.concatenate(y, axis=1), ex
