@@ -248,6 +248,42 @@ def test_bad_input_is_a_value_error():
         moe_layer(x, logits[:, :3], None, weights, **kw)
 
 
+@pytest.mark.parametrize("recipe, H", [("MONO_MOE", 256), ("SGLANG_TRITON_FP8_BLOCK", 384)])
+def test_hopper_layer_fast_path_is_the_reference(recipe, H, monkeypatch):
+    """A hopper_fp8 recipe's layer (emulated block sums, accumulate=None) is the same, bit for bit, with
+    spec.quant.hopper_block_sums replaced by the reference chain of hopper_fp8_step: out, all three shadows,
+    flips; and within the hard bound of the layer with exact block sums, which covers any accumulation (the
+    blocks' scales, 4× apart from one 128-row block to the next, included). MONO_MOE re-quantizes 1×64 (K
+    blocks of 64 in GEMM2)."""
+    from spec import recipes
+
+    R = getattr(recipes, recipe)
+    I = 256
+    x, logits, w13, w2 = problem(5, T=6, H=H, I=I, E=4)
+    w13, w2 = (w * 4.0 ** (np.arange(w.shape[1])[:, None] // 128 % 2) for w in (w13, w2))  # scales 4x apart
+    q13, s13 = quant.w13_block_quant(w13[:, :I], w13[:, I:])
+    q2, s2 = quant.weight_block_quant(w2)
+    weights = StackedWeights({"w13": q13, "w13_scale": s13, "w2": q2, "w2_scale": s2})
+    kw = dict(routing=dict(method="renormalize", top_k=2), activation="swiglu", quant="fp8_block", recipe=R)
+    fast = moe_layer(x, logits, None, weights, **kw)
+    calls = []
+
+    def reference(aq, wq, block=128):
+        calls.append(block)
+        return quant.hopper_block_sums_reference(quant.E4M3_VALUES[aq] * 1.0, quant.E4M3_VALUES[wq] * 1.0, block)
+
+    monkeypatch.setattr(quant, "hopper_block_sums", reference)
+    ref = moe_layer(x, logits, None, weights, **kw)
+    assert calls and (64 in calls) == (R.requant_group == 64)
+    for name in ("out", "ids", "weights", "flips"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(ref, name), err_msg=name)
+    for name in ("hard", "prob", "ideal"):
+        np.testing.assert_array_equal(getattr(fast.errors, name), getattr(ref.errors, name), err_msg=name)
+    exact = moe_layer(x, logits, None, weights, **kw, accumulate="exact")  # its bound covers any block sums
+    assert np.any(fast.out != exact.out)
+    assert_within("emulated vs exact block sums", fast.out, exact.out, bounds.bound_vs_recipe(exact, R)[0])
+
+
 class OnDemandFp8Weights:
     """DeepSeek-V3-shaped FP8 experts generated from (seed, expert id): codes of magnitude 2^-3..7.5, scales
     ~2^-7, so each expert is 44 MB of codes and only one is decoded at a time."""

@@ -355,6 +355,10 @@ def test_hopper_fp8_step_hand_examples():
     aq[0, 0], wq[0, 0] = 0x01, 0x01  # 2^-9 · 2^-9 = 2^-18, alone: exact
     aq[0, 1], wq[0, 1] = 0x00, 0x7E  # 0 · 448: a zero product does not raise E
     assert _one_block(aq, wq)[0, 0] == 2.0**-18
+    aq[:] = wq[:] = 0
+    aq[0, :2], wq[0, :2] = [ONE, 0x08], [ONE, 0x04]  # 1 + 2^-6·2^-7: E = 0, the 2^-13 product is kept
+    aq[0, 32:64], wq[0, 32:48], wq[0, 48:64] = ONE, ONE, ONE | 0x80  # 16 - 16 in a full step of exponent 0:
+    assert _one_block(aq, wq)[0, 0] == 1 + 2.0**-13  # E is that exponent (not one more): the 2^-13 survives
 
 
 def test_hopper_fp8_matches_h200_block_sums():
