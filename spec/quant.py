@@ -248,7 +248,7 @@ E4M3_POW256 = np.where(E4M3_VALUES == 0, 0, np.ldexp(np.float32(1), 8 * _E4M3_EX
 _ONES32 = np.ones(HOPPER_CHUNK, np.float32)
 HOPPER_FAST_ELEMENTS = 1 << 17  # products per step and chunk of hopper_block_sums (512 KiB of float32: in L2)
 F32_BIAS, F32_FRACTION_BITS = 127, 23
-_NO_EXPONENT = 100  # a biased float32 exponent below every alignment (products >= 2^-18, sums >= 2^-25): "none"
+_NO_EXPONENT = 100  # a biased float32 exponent below every alignment (all values here are multiples of 2^-18)
 
 
 def _biased_exponent(x):
