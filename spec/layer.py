@@ -42,6 +42,7 @@ BLOCKED = ("fp32_blocked", "hopper_fp8")  # accumulations emulated on FP8 codes 
 FP8_BLOCK = 128
 SLAB = 32  # weight rows decoded at a time (divides FP8_BLOCK): a [32, 7168] float64 slab stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
+E4M3_ABS_FLOAT64 = np.abs(E4M3_FLOAT64)
 QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
 APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
 
@@ -147,16 +148,17 @@ def _slabs(wd, name, quant, gated):
     ]
 
 
-def _weight(wd, name, quant, rows, scale_rows):
+def _weight(wd, name, quant, rows, scale_rows, magnitude=False):
     """One slab of expert weight `name` (its `rows`, all in the block-scale row `scale_rows`), decoded
-    exactly: code × scale in float64."""
+    exactly: code × scale in float64 (fp8_block with `magnitude`: |code| × scale, all the shadows need)."""
     w = np.asarray(wd[name])[rows]
     if quant == "bf16":
         return Operand(w.astype(np.float64), None)
     s = np.asarray(wd[name + "_scale"])
     if quant == "fp8_block":
         s = s[scale_rows]
-        return Operand(E4M3_FLOAT64[w] * _block_scales(s, w.shape[1], FP8_BLOCK), (w, s))
+        table = E4M3_ABS_FLOAT64 if magnitude else E4M3_FLOAT64
+        return Operand(np.take(table, w) * _block_scales(s, w.shape[1], FP8_BLOCK), (w, s))
     s = s[rows]
     if quant == "mxfp8":
         return Operand(E4M3_VALUES[w] * _block_scales(decode(s, E8M0), w.shape[1], MX_BLOCK), None)
@@ -178,11 +180,11 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
         for start, end, first in _parts(wd, name, c.quant, gated):
             s = np.asarray(wd[name + "_scale"])[first:first + -(-(end - start) // FP8_BLOCK)]
             y.append(_gemm(x, Operand(None, (np.asarray(wd[name])[start:end], s)), c.accumulate))
-    for rows, scale_rows in _slabs(wd, name, c.quant, gated):
-        w = _weight(wd, name, c.quant, rows, scale_rows)
+    for rows, scale_rows in _slabs(wd, name, c.quant, gated) if ex or not blocked else ():
+        w = _weight(wd, name, c.quant, rows, scale_rows, magnitude=blocked)
         if not blocked:
             y.append(_gemm(x, w, c.accumulate))
-        products.append(ex and left @ np.abs(w.values).T)
+        products.append(ex and left @ (w.values if blocked else np.abs(w.values)).T)
     if not ex:
         return np.concatenate(y, axis=1), ex
     products = np.concatenate(products, axis=1)
