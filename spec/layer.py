@@ -171,7 +171,11 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     slab from its codes: an expert is never whole in float64, and the four shadow products are one GEMM per
     slab."""
     emulated = c.accumulate == "hopper_fp8" == c.recipe.gemm_acc and x.changed is not None
-    left = ex and bounds.shadow_operand(x.values, ex)
+    exact = ex and not (ex.hard.any() or ex.prob.any() or ex.ideal.any())  # the given hidden states, as they are
+    if exact:  # [|a|; 1]: |a|·|W|ᵀ, and Σ|W| for the three zero shadows (0·|W| is NaN in a row of W with NaN/Inf)
+        left = np.concatenate([np.abs(x.values), np.ones((1, x.values.shape[1]))])
+    else:
+        left = ex and bounds.shadow_operand(x.values, ex)
     if ex and emulated:  # one more left operand: outputs whose block sums may see another code
         left = np.concatenate([left, x.changed.astype(np.float64)])
     y, products = [], []
@@ -188,6 +192,10 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     if not ex:
         return np.concatenate(y, axis=1), ex
     products = np.concatenate(products, axis=1)
+    if exact:
+        m = len(x.values)
+        products = np.concatenate([products[:m], *[np.broadcast_to(0.0 * products[m], (m, products.shape[1]))] * 3,
+                                   products[m + 1:]])
     moved = None
     if emulated:
         products, moved = products[: 4 * len(x.values)], products[4 * len(x.values):] > 0
