@@ -26,10 +26,12 @@ from .quant import (
     NVFP4_BLOCK,
     RCP448,
     block_scaled_gemm,
+    decode_pairs,
     hopper_rcp,
     mxfp8_quant,
     nvfp4_global_scale,
     nvfp4_quant,
+    pair_table,
     per_token_group_quant_fp8,
 )
 from .recipes import Recipe
@@ -43,6 +45,7 @@ FP8_BLOCK = 128
 SLAB = 16  # weight rows decoded at a time (divides FP8_BLOCK): a [16, 7168] float64 slab (0.9 MiB) stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
 E4M3_ABS_FLOAT64 = np.abs(E4M3_FLOAT64)
+E4M3_FLOAT64_PAIRS, E4M3_ABS_FLOAT64_PAIRS = pair_table(E4M3_FLOAT64), pair_table(E4M3_ABS_FLOAT64)
 QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
 APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
 
@@ -157,8 +160,11 @@ def _weight(wd, name, quant, rows, scale_rows, magnitude=False):
     s = np.asarray(wd[name + "_scale"])
     if quant == "fp8_block":
         s = s[scale_rows]
-        table = E4M3_ABS_FLOAT64 if magnitude else E4M3_FLOAT64
-        return Operand(np.take(table, w) * _block_scales(s, w.shape[1], FP8_BLOCK), (w, s))
+        table, pairs = (E4M3_ABS_FLOAT64, E4M3_ABS_FLOAT64_PAIRS) if magnitude else (E4M3_FLOAT64, E4M3_FLOAT64_PAIRS)
+        even = w.shape[1] % 2 == 0  # two codes per gather
+        values = decode_pairs(pairs, np.ascontiguousarray(w).view(np.uint16)) if even else np.take(table, w)
+        values *= _block_scales(s, w.shape[1], FP8_BLOCK)
+        return Operand(values, (w, s))
     s = s[rows]
     if quant == "mxfp8":
         return Operand(E4M3_VALUES[w] * _block_scales(decode(s, E8M0), w.shape[1], MX_BLOCK), None)

@@ -248,21 +248,21 @@ E4M3_POW256 = np.where(E4M3_VALUES == 0, 0, np.ldexp(np.float32(1), 8 * _E4M3_EX
 _ONES32 = np.ones(HOPPER_CHUNK, np.float32)
 
 
-def _pair_table(table):
+def pair_table(table):
     """Entry c0 + 256·c1 holds table[c0], table[c1] side by side (little-endian: c0 first in memory), so that
-    one gather decodes two adjacent codes: _decode_pairs."""
+    one gather decodes two adjacent codes: decode_pairs."""
     c = np.arange(1 << 16)
     return np.ascontiguousarray(np.stack([table[c & 0xFF], table[c >> 8]], axis=-1))
 
 
-def _decode_pairs(pairs, pair_codes):
-    """pairs (a _pair_table) at pair_codes (uint16 views of adjacent uint8 codes, any layout) -> the decoded
+def decode_pairs(pairs, pair_codes):
+    """pairs (a pair_table) at pair_codes (uint16 views of adjacent uint8 codes, any layout) -> the decoded
     values, contiguous, [..., 2·last axis]: one gather per two codes."""
     got = np.take(pairs.view(np.dtype((np.void, pairs.strides[0]))).ravel(), pair_codes, mode="clip")
     return got.view(pairs.dtype).reshape(*pair_codes.shape[:-1], 2 * pair_codes.shape[-1])
 
 
-_E4M3_VALUE_PAIRS, _E4M3_POW256_PAIRS = _pair_table(E4M3_VALUES), _pair_table(E4M3_POW256)
+_E4M3_VALUE_PAIRS, _E4M3_POW256_PAIRS = pair_table(E4M3_VALUES), pair_table(E4M3_POW256)
 HOPPER_FAST_ELEMENTS = 1 << 17  # products per step and chunk of hopper_block_sums (512 KiB of float32: in L2)
 F32_BIAS, F32_FRACTION_BITS = 127, 23
 _NO_EXPONENT = 100  # a biased float32 exponent below every alignment (all values here are multiples of 2^-18)
@@ -298,8 +298,8 @@ def hopper_block_sums(aq, wq, block=128):
     for n0 in range(0, n, cols):
         pairs = np.ascontiguousarray(wq[n0:n0 + cols]).view(np.uint16)  # two adjacent codes per gather
         nc = len(pairs)
-        w = _decode_pairs(_E4M3_VALUE_PAIRS, pairs.reshape(nc, kb, steps, HOPPER_CHUNK // 2).transpose(2, 0, 1, 3))
-        w_pow = _decode_pairs(_E4M3_POW256_PAIRS, pairs.reshape(nc, kb * steps, HOPPER_CHUNK // 2)).transpose(1, 2, 0)
+        w = decode_pairs(_E4M3_VALUE_PAIRS, pairs.reshape(nc, kb, steps, HOPPER_CHUNK // 2).transpose(2, 0, 1, 3))
+        w_pow = decode_pairs(_E4M3_POW256_PAIRS, pairs.reshape(nc, kb * steps, HOPPER_CHUNK // 2)).transpose(1, 2, 0)
         pow_sum = np.matmul(a_pow, w_pow).reshape(kb, steps, m, nc).transpose(1, 2, 3, 0)  # [j, M, nc, block]
         e_products = np.where(pow_sum == 0, _NO_EXPONENT,  # biased E of the products, for every step
                               ((_biased_exponent(pow_sum) - F32_BIAS + 16) >> 3) + F32_BIAS)
