@@ -2,9 +2,10 @@
 
 In `python -m difftest fuzz` every example runs the implementation and then verifies its outputs against the spec
 before Hypothesis draws the next one, so a GPU campaign is bound by the spec on the host (mono_moe: ~6 cases/s
-with 12 workers while the kernel takes microseconds). Here the process that holds the device draws cases in
-batches, runs the implementation on a whole batch (generated inputs, recorded outputs), hands the batch to a pool
-of verifier processes and goes on with the next batch while they compare it with the spec. At most
+with 12 workers while the kernel takes microseconds). Here the process that holds the device runs the
+implementation on a whole batch of cases (drawn, with their inputs generated, by a thread while the previous batch
+ran), records the outputs, hands the batch to the pool of verifier processes and goes on with the
+next batch while they compare it with the spec. At most
 `verifiers + 1` batches are in flight (memory stays bounded); when the verifiers fall that far behind the device
 waits, and the summary says for how long. Once the time budget is spent the device is done and the verifiers
 drain what is left (host time, no device time).
@@ -31,7 +32,7 @@ import os
 import sys
 import time
 from collections import Counter, deque
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -60,17 +61,26 @@ def draw_batch(op, configs, n, seed, weight_seed=None):
     return cases
 
 
-def run_on_device(impl, case, runner=None):
+def prepare_batch(op, configs, n, seed, weight_seed=None):
+    """draw_batch and each case's generated inputs (or the CaseError message that refuses them): a thread of the
+    device process prepares the next batch while the device runs this one (a kernel call releases the GIL)."""
+    out = []
+    for case in draw_batch(op, configs, n, seed, weight_seed):
+        try:
+            out.append((case, generate.inputs(case)))
+        except CaseError as e:
+            out.append((case, f"inputs: {e}"))
+    return out
+
+
+def run_on_device(impl, case, inputs, runner=None):
     """(status, message, outputs, seconds): the implementation's outputs on the case's generated inputs, or why
-    it has none (skip: unsupported or a CaseError; error: it raised or crashed)."""
+    it has none (skip: unsupported, or inputs refused — then `inputs` is the reason; error: it raised or
+    crashed)."""
     reason = None if case.op in impl.ops else f"{impl.name} does not implement op {case.op}"
-    reason = reason or impl.unsupported(case)
+    reason = reason or impl.unsupported(case) or (inputs if isinstance(inputs, str) else None)
     if reason:
         return "skip", reason, None, 0.0
-    try:
-        inputs = generate.inputs(case)
-    except CaseError as e:
-        return "skip", f"inputs: {e}", None, 0.0
     t0 = time.perf_counter()
     try:
         out = check._isolated(runner, case) if runner is not None else impl.run(case, check.read_only(inputs))
@@ -132,12 +142,13 @@ class Pipeline:
         ctx = multiprocessing.get_context("spawn")
         t0, pending, i = time.monotonic(), deque(), 0
         try:
-            with ProcessPoolExecutor(self.verifiers, mp_context=ctx) as pool:
+            with ProcessPoolExecutor(self.verifiers, mp_context=ctx) as pool, ThreadPoolExecutor(1) as drawer:
+                ahead = self._prepare(drawer, 0)
                 while (max_batches is None or i < max_batches) and (deadline is None or time.monotonic() < deadline):
-                    impl, _, op, configs = self.cells[i % len(self.cells)]
-                    cases = draw_batch(op, configs, self.batch, self.seed * 1_000_003 + i, self.weight_seed)
-                    self.stats["drawn"] += len(cases)
-                    items = self._device(impl, cases, record)
+                    impl = self.cells[i % len(self.cells)][0]
+                    batch, ahead = ahead.result(), self._prepare(drawer, i + 1)  # drawn while this one runs
+                    self.stats["drawn"] += len(batch)
+                    items = self._device(impl, batch, record)
                     while len(pending) > self.verifiers:  # the verifiers are a batch per process behind: wait
                         w0 = time.monotonic()
                         self._collect(pending.popleft(), record)
@@ -156,13 +167,17 @@ class Pipeline:
         self.stats["batches"] = i
         return self._summary(held, time.monotonic() - t0 - held)
 
-    def _device(self, impl, cases, record):
+    def _prepare(self, drawer, i):
+        _, _, op, configs = self.cells[i % len(self.cells)]
+        return drawer.submit(prepare_batch, op, configs, self.batch, self.seed * 1_000_003 + i, self.weight_seed)
+
+    def _device(self, impl, batch, record):
         """Run a batch on the device; record what needs no verification (skips, errors) at once. -> the items
         to verify: (case, outputs, recipe, tag, device seconds)."""
         items = []
         runner = self.runners.get(impl, self.impl_ref) if self.runners is not None else None
-        for case in cases:
-            status, message, outputs, seconds = run_on_device(impl, case, runner)
+        for case, inputs in batch:
+            status, message, outputs, seconds = run_on_device(impl, case, inputs, runner)
             self.stats["device_seconds"] += seconds
             if status == "ran":
                 try:
