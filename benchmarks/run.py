@@ -572,7 +572,8 @@ CAUSES = """
   one matrix product, terms truncated in units of 2^(E-13), the e8m13 truncation on float32 bit fields), bit for
   bit the `hopper_fp8_step` chain, which stays as the reference (tests/test_quant.py compares them on every kind
   of code, with Hypothesis, and on the regenerated operands of the 2,097,152 H200 block sums). 48 mono_moe
-  cases + 12 SGLang-recipe cases on the mono_moe weights: every output, bound and flip identical, 239 s -> 54 s.
+  cases + 12 SGLang-recipe cases on the mono_moe weights: every output, bound and flip identical, 239 s -> 54-62 s
+  (wall, load 5-9).
 - Layer: 16-row weight slabs (0.9 MiB of float64 stays in L2; 7-16 % less CPU on every DeepSeek-V3 row), FP8
   slabs decoded two codes per gather (FP8 T=16 8.3 -> 7.6 s), block-scaled GEMMs per weight part instead of per
   slab, and GEMM1 of the exact bf16 hidden states multiplies |W| by [|a|; 1] instead of [|a|; 0; 0; 0] (bf16
