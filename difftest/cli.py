@@ -264,6 +264,17 @@ def cmd_fuzz(args):
         if args.model not in presets.PRESETS:
             raise UsageError(f"unknown model {args.model!r}; known: {', '.join(sorted(presets.PRESETS))}")
         presets.weight_seed(args.model)  # a bad DIFFTEST_WEIGHT_SEED: exit 2 before anything runs
+    args.known_signatures = set()
+    if args.known is not None:  # a directory of fixtures, read before the implementations load too
+        from .campaign import known_signatures
+
+        if not Path(args.known).is_dir():
+            raise UsageError(f"--known {args.known} must be a directory of fixtures")
+        try:
+            args.known_signatures = known_signatures(args.known)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # a case.json that is no fixture's
+            raise UsageError(f"--known {args.known}: a fixture's case.json is unreadable "
+                             f"({type(e).__name__}: {e})") from None
     args.impl = args.impl or _default_impls()
     args.op = args.op or list(OPS)
     for ref in args.impl:
@@ -273,13 +284,6 @@ def cmd_fuzz(args):
     if not _cells(args.impl, args.op, args.model, args.where):
         inside = f" inside --where {where.describe(args.where)}" if args.where else ""
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")
-    args.known_signatures = set()
-    if args.known is not None:
-        from .campaign import known_signatures
-
-        if not Path(args.known).is_dir():
-            raise UsageError(f"--known {args.known} must be a directory of fixtures")
-        args.known_signatures = known_signatures(args.known)
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     if args.db and campaign.is_redis(args.db):  # one warning line for the campaign, here or from one worker
@@ -738,10 +742,10 @@ def main(argv=None):
         args = p.parse_args(argv)
     except SystemExit as e:  # argparse printed its one-line error (or the help, code 0)
         return 2 if e.code else 0
-    if args.command in ("fuzz", "replay"):  # replay reads them too
-        _finite(args.timeout, "--timeout", 0, False)
-        _finite(args.first_timeout, "--first-timeout", 0, False)
     try:
+        if args.command in ("fuzz", "replay"):  # replay reads them too
+            _finite(args.timeout, "--timeout", 0, False)
+            _finite(args.first_timeout, "--first-timeout", 0, False)
         return COMMANDS[args.command](args)
     except (UsageError, fixtures.FixtureError, interface.ImplError, CaseError, ReportError, OSError) as e:
         # OSError: an unreadable input or an unwritable run directory, named by the message

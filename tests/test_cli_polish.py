@@ -2,6 +2,7 @@
 mutants included) and starts nothing; replay prints one line per fixture (the implementations that do not
 apply grouped by reason) and a closing summary; the fuzz summary explains the error/bound ratio."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -92,3 +93,37 @@ def test_zero_token_ue8m0_packed_case_is_compared_not_skipped_with_a_numpy_error
     case = Case("quant", QuantConfig("fp8_group", 0, 640, 128, scale_fmt="ue8m0", layout="ue8m0_packed"),
                 "normal", 1)
     assert check.run_case(interface.load("torch"), case).status == "pass"
+
+
+FAST_USAGE_ERRORS = [
+    ["fuzz", "--model", "deepseek"],
+    ["fuzz", "--workers", "0"],
+    ["fuzz", "--max-examples", "0"],
+    ["fuzz", "--time-budget", "-1"],
+    ["fuzz", "--timeout", "nan"],
+    ["fuzz", "--where", "no_such_field=1"],
+    ["fuzz", "--where", "top_k=3..1"],
+    ["fuzz", "--known", "/no/such/fixtures"],
+    ["fuzz", "--impl", "no_such_impl"],
+    ["fuzz", "--op", "no_such_op"],
+    ["fuzz", "--db", "redis://localhost:no_port"],
+    ["replay", "--timeout", "nan", "/no/such/fixture"],
+    ["replay", "/no/such/fixture"],
+    ["show", "/no/such/fixture"],
+    ["report", "/no/such/run"],
+]
+
+
+def test_usage_errors_fail_before_torch_or_any_kernel_library_is_imported(tmp_path):
+    """A typo is answered at once: no usage error waits for torch (seconds to import) or a kernel library.
+    Checked by what was imported, not by the clock (the suite holds no timed assertions)."""
+    probe = ("import json, sys\nfrom difftest import cli\nrcs = [cli.main(a) for a in json.loads(sys.argv[1])]\n"
+             "print(json.dumps([rcs, sorted(m for m in ('torch', 'flashinfer') if m in sys.modules)]))")
+    r = subprocess.run([sys.executable, "-c", probe, json.dumps(FAST_USAGE_ERRORS)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr  # a traceback: some usage error escaped as an exception
+    rcs, imported = json.loads(r.stdout.splitlines()[-1])
+    assert rcs == [2] * len(FAST_USAGE_ERRORS) and imported == [], (rcs, imported, r.stderr)
+    errors = r.stderr.splitlines()
+    assert len(errors) == len(FAST_USAGE_ERRORS) and all(e.startswith("difftest: error: ") for e in errors), errors
+    assert not (tmp_path / "runs").exists()
