@@ -500,9 +500,9 @@ def replay_fixture(fx, impl_refs=None, timeout_s=None, first_timeout_s=None):
         now = generate.digest(impl_spec.expected(fx.case, fx.inputs, fx.recipe))
         if now != recorded_sha:
             rows.append(("spec", "spec-changed", "the spec's expected output differs from the recorded one"))
-    except CaseError as e:
+    except (CaseError, ValueError) as e:  # ValueError: not a precondition, the spec broke (impl_spec.refusals)
         if recorded_sha != generate.digest({}):  # recorded as refused by the spec: unchanged
-            rows.append(("spec", "spec-changed", f"the spec now refuses the case: {e}"))
+            rows.append(("spec", "spec-changed", f"the spec now refuses the case: {str(e).splitlines()[0]}"))
     refs = [fx.impl_ref] + [r for r in (impl_refs or interface.names()) if r != fx.impl_ref]
     with tempfile.TemporaryDirectory(prefix="difftest-replay-") as workdir:
         runners = campaign.Runners(workdir, timeout_s, first_timeout_s)

@@ -127,3 +127,41 @@ def test_usage_errors_fail_before_torch_or_any_kernel_library_is_imported(tmp_pa
     errors = r.stderr.splitlines()
     assert len(errors) == len(FAST_USAGE_ERRORS) and all(e.startswith("difftest: error: ") for e in errors), errors
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_spec_precondition_is_a_refusal_in_the_specs_words():
+    import pytest
+
+    from difftest import generate, impl_spec
+    from difftest.case import Case, CaseError, QuantConfig
+
+    case = Case("quant", QuantConfig("nvfp4", 2, 64, group_size=16), "nonfinite", 3)
+    with pytest.raises(CaseError, match=r"^spec refuses: nvfp4_quant: x must be finite \(e2m1 has no NaN or Inf\)$"):
+        impl_spec.expected(case, generate.inputs(case), None)
+
+
+def test_a_numpy_error_inside_the_spec_is_an_error_not_a_skip(monkeypatch):
+    """The reshape of an empty array that once made a skip reason: now a finding that names the comparison."""
+    import numpy as np
+
+    from difftest import check, impl_spec, interface
+    from difftest.case import Case, QuantConfig
+    from spec import layouts, numerics
+
+    def old_pack_ue8m0(codes):  # how pack_ue8m0 failed on 0 tokens
+        return codes.reshape(codes.shape[0], -1, 4)
+
+    monkeypatch.setattr(layouts, "pack_ue8m0", old_pack_ue8m0)
+    case = Case("quant", QuantConfig("fp8_group", 0, 640, 128, scale_fmt="ue8m0", layout="ue8m0_packed"),
+                "normal", 1)
+    r = check.run_case(interface.load("torch"), case)
+    assert r.status == "error" and r.message.startswith("comparison raised ValueError: cannot reshape"), r
+    assert "(spec or difftest, not torch)" in r.message
+    try:  # the same kind of numpy error raised on a line of spec/ itself is no precondition either
+        numerics.round_to(np.array(["x"]), "bf16")
+    except ValueError as e:
+        assert not impl_spec.spec_precondition(e)
+    try:
+        numerics.encode(np.array([3.0]), "e8m0")
+    except ValueError as e:
+        assert impl_spec.spec_precondition(e)
