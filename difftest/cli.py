@@ -144,7 +144,7 @@ def _count_lines(paths):
 
 
 def _row(line):
-    """A cases.jsonl row, or None for a line torn by a killed worker."""
+    """A case row (cases.jsonl.gz, cases-*.jsonl), or None for a line torn by a killed worker."""
     try:
         row = json.loads(line)
     except ValueError:
@@ -154,7 +154,7 @@ def _row(line):
 
 def this_run(out):
     """(cases, compared, Counter of skip reasons) of the rows in the workers' cases-*.jsonl, before the merge:
-    this run's alone, whatever earlier runs left in cases.jsonl."""
+    this run's alone, whatever earlier runs left in cases.jsonl.gz."""
     cases, skips = 0, Counter()
     for p in out.glob("cases-*.jsonl"):
         for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
@@ -186,12 +186,14 @@ def nothing_compared(cases, skips, limit):
 
 
 def summarize(out):
-    """Merge cases-*.jsonl into cases.jsonl (after the rows of earlier runs into the same directory; torn
-    lines dropped and counted) and count (format: difftest/rundir.md). The merged file replaces the old one
-    atomically before the parts are removed: a kill in between can duplicate rows, never lose them."""
-    merged = out / "cases.jsonl"
+    """Merge cases-*.jsonl into cases.jsonl.gz (after the rows of earlier runs into the same directory, from
+    a plain cases.jsonl too; torn lines dropped and counted) and count (format: difftest/rundir.md). The
+    merged file replaces the old one atomically before the parts are removed: a kill in between can
+    duplicate rows, never lose them."""
+    from . import rundir
+
     parts = sorted(out.glob("cases-*.jsonl"))
-    lines = merged.read_text(errors="replace").splitlines() if merged.exists() else []
+    lines = rundir.read_lines(out) if rundir.cases_file(out) else []
     for p in parts:
         lines += p.read_text(errors="replace").splitlines()
     rows, kept, torn = [], [], 0
@@ -202,7 +204,7 @@ def summarize(out):
             continue
         rows.append(row)
         kept.append(line + "\n")
-    atomic_write_text(merged, "".join(kept))
+    rundir.write_lines(out, kept)
     for p in parts:
         p.unlink()
     counts = {k: Counter() for k in ("op", "method", "activation", "quant", "dist", "impl")}
@@ -479,7 +481,7 @@ def _fixture_paths(paths):
         if (p / "case.json").is_file() or p.name == "case.json":
             out.append(p)
         elif p.is_dir():
-            found = fixtures.discover(p)
+            found = fixtures.discover(p) or fixtures.discover(p / "fixtures")  # a run directory: its findings
             if not found:  # replaying nothing is no pass
                 raise UsageError(f"no fixtures found in {p}")
             out.extend(found)
@@ -695,7 +697,8 @@ def parser():
     )
     _timeouts(f)
     r = sub.add_parser("replay", help="replay fixtures against every available implementation")
-    r.add_argument("paths", nargs="+", help="fixture directories, or directories of fixtures")
+    r.add_argument("paths", nargs="+", help="fixture directories, directories of fixtures, or run directories "
+                                            "(their fixtures/)")
     r.add_argument(
         "--impl", action="append", help="restrict to these implementations (plus the recorded one)"
     )

@@ -4,7 +4,8 @@ page, RUN_DIR/report.html, and the numbers it shows, RUN_DIR/report.json.
 Every number on the page, plots included, is read from report.json. Plots are PNGs drawn with matplotlib's Agg
 canvas (no pyplot state) and embedded as data: URIs; the page loads nothing from anywhere, so a run directory
 copied off a GPU machine renders and reads the same on a laptop. A campaign killed before it merged its
-cases-*.jsonl into cases.jsonl still renders from the parts.
+cases-*.jsonl into cases.jsonl.gz still renders from the parts; a run recorded before the rows were compressed
+(a plain cases.jsonl) renders too.
 """
 
 import argparse
@@ -21,6 +22,7 @@ import numpy as np
 
 from spec.recipes import QUANT_VARIANTS
 
+from . import rundir
 from .case import (
     ACTIVATIONS,
     BIAS_DTYPES,
@@ -42,6 +44,7 @@ TOP = 25  # worst cases listed
 SKIP_ROWS = 100  # skip reasons listed on the page (report.json keeps them all)
 STATUS_ORDER = ("pass", "fail", "error", "crash", "hang", "skip")  # others (future statuses) follow
 NOT_RECORDED = "not recorded"
+NO_CASES = "no cases.jsonl.gz (nor a plain cases.jsonl)"
 BINS_PER_DECADE = 4
 # same op colour in all plots
 OP_COLORS = {"routing": "tab:blue", "quant": "tab:orange", "moe": "tab:green", "trtllm_ops": "tab:red"}
@@ -85,8 +88,9 @@ class ReportError(ValueError):
 # ---- reading the run directory
 
 def _read_jsonl(path, partial):
-    """Rows of one jsonl file; in a part file of a killed worker the last line may be torn and is dropped."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    """Rows of one jsonl file (gzipped or plain); in a part file of a killed worker the last line may be torn
+    and is dropped."""
+    lines = rundir.read_text(path).splitlines()
     rows = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -106,19 +110,20 @@ def _read_jsonl(path, partial):
 
 
 def read_run(run_dir):
-    """(rows of cases.jsonl, summary.json or {}, notes) of a run directory."""
+    """(rows of cases.jsonl.gz, or of a plain cases.jsonl of an older run; summary.json or {}; notes) of a run
+    directory."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ReportError(f"{run_dir}: no such run directory")
     notes = []
-    if (run_dir / "cases.jsonl").is_file():
-        rows = _read_jsonl(run_dir / "cases.jsonl", partial=False)
+    if rundir.cases_file(run_dir) is not None:
+        rows = _read_jsonl(rundir.cases_file(run_dir), partial=False)
     else:
         parts = sorted(run_dir.glob("cases-*.jsonl"))
         if not parts:
-            raise ReportError(f"{run_dir}: no cases.jsonl (not a difftest run directory)")
+            raise ReportError(f"{run_dir}: {NO_CASES} (not a difftest run directory)")
         rows = [r for p in parts for r in _read_jsonl(p, partial=True)]
-        notes.append(f"no cases.jsonl: read {len(parts)} worker part files (campaign unfinished or killed)")
+        notes.append(f"{NO_CASES}: read {len(parts)} worker part files (campaign unfinished or killed)")
     summary = {}
     if (run_dir / "summary.json").is_file():
         try:

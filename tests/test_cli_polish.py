@@ -2,6 +2,7 @@
 mutants included) and starts nothing; replay prints one line per fixture (the implementations that do not
 apply grouped by reason) and a closing summary; the fuzz summary explains the error/bound ratio."""
 
+import gzip
 import json
 import os
 import shutil
@@ -165,3 +166,47 @@ def test_a_numpy_error_inside_the_spec_is_an_error_not_a_skip(monkeypatch):
         numerics.encode(np.array([3.0]), "e8m0")
     except ValueError as e:
         assert impl_spec.spec_precondition(e)
+
+
+def test_runs_are_compressed_and_rows_of_an_older_plain_run_are_kept(tmp_path):
+    """cases.jsonl.gz, not ~24 MB of plain rows per 2 minutes; a directory of an older run (plain cases.jsonl)
+    resumed into keeps its rows, now compressed, and report reads both forms."""
+    from difftest import campaign, report, rundir
+    from difftest.case import Case, RoutingConfig
+    from difftest.check import Result
+
+    out = tmp_path / "run"
+    out.mkdir()
+    old = campaign.case_row("torch", Case("routing", RoutingConfig("topk", 2, 8, 2), "normal", 7),
+                            Result("pass", 0.5, ""))
+    (out / "cases.jsonl").write_text(json.dumps(old) + "\n")
+    assert report.read_run(out)[0] == [old]  # the plain file of an older run reads as it is
+    r = difftest("fuzz", "--impl", "torch", "--op", "routing", "--max-examples", "3", "--workers", "1",
+                 "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (out / "cases.jsonl").exists() and not list(out.glob("cases-*.jsonl"))
+    rows = [json.loads(line) for line in gzip.decompress((out / "cases.jsonl.gz").read_bytes()).splitlines()]
+    assert rows[0] == old and len(rows) > 1 and rundir.read_lines(out) == [json.dumps(r) for r in rows]
+    assert json.loads((out / "summary.json").read_text())["cases"] == len(rows)
+    assert json.loads((out / "report.json").read_text())["totals"]["cases"] == len(rows)
+    assert (out / "cases.jsonl.gz").stat().st_size < len(gzip.decompress((out / "cases.jsonl.gz").read_bytes())) / 3
+    r = difftest("replay", str(out))  # a run directory: its fixtures (none here: replaying nothing is no pass)
+    assert r.returncode == 2 and "no fixtures found" in r.stderr, r.stdout + r.stderr
+
+
+def test_replay_of_a_run_directory_replays_its_fixtures(tmp_path):
+    from difftest import cli
+
+    shutil.copytree(ROOT / "fixtures" / "K03_raw_logit_weights", tmp_path / "run" / "fixtures" / "K03")
+    assert cli._fixture_paths([tmp_path / "run"]) == [tmp_path / "run" / "fixtures" / "K03"]
+
+
+def test_a_cut_off_gzip_is_a_one_line_error(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    whole = gzip.compress(b'{"op": "routing"}\n' * 50)
+    (out / "cases.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    for args in (("report", str(out)), ("merge", str(out), "--out", str(tmp_path / "merged"))):
+        r = difftest(*args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "cases.jsonl.gz: not a complete gzip file" in r.stderr, r.stderr

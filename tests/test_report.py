@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from difftest import campaign, cli, fixtures, generate, impl_spec, interface, report
+from difftest import campaign, cli, fixtures, generate, impl_spec, interface, report, rundir
 from difftest.case import Case, MoEConfig, QuantConfig, RoutingConfig
 from difftest.check import Result
 
@@ -86,7 +86,7 @@ def rendered(tmp_path_factory):
 
 def test_report_json_holds_the_input_numbers(rendered):
     run_dir, rep, _ = rendered
-    rows = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in rundir.read_lines(run_dir)]
     assert rep["totals"]["cases"] == len(RUN) == len(rows)
     assert rep["totals"]["status"] == dict(Counter(r.status for *_, r in RUN)), rep["totals"]
     per_op = Counter()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest import presets, where
+from difftest import presets, rundir, where
 from difftest.where import Constraint, WhereError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_a_plugin_space_leaves_no_skips(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"].get("skip", 0) == 0 and summary["status"]["pass"] >= 60, summary["status"]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "cases.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in rundir.read_lines(tmp_path / "run")]
     assert {r["method"] for r in rows} == {"deepseek_v3"}
 
 
@@ -106,7 +106,7 @@ def test_where_with_model_draws_only_inside(tmp_path):
     r = fuzz("--impl", "torch", "--op", "routing", "--model", "deepseek-v3", "--where", "T=1..3",
              "--where", "logits_dtype=bf16", "--max-examples", "30", "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = [json.loads(line) for line in (tmp_path / "run" / "cases.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in rundir.read_lines(tmp_path / "run")]
     configs = [r["case"]["config"] for r in rows]
     assert configs and all(1 <= c["num_tokens"] <= 3 and c["logits_dtype"] == "bf16" for c in configs)
 
@@ -115,7 +115,7 @@ def test_slices_that_cannot_meet_the_filter_are_dropped_not_fatal(tmp_path):
     r = fuzz("--impl", "torch", "--op", "routing", "--where", "bias_dtype=fp32", "--max-examples", "10",
              "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = [json.loads(line) for line in (tmp_path / "run" / "cases.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in rundir.read_lines(tmp_path / "run")]
     assert {r["method"] for r in rows} == {"deepseek_v3", "minimax2"}
     assert {r["case"]["config"]["bias_dtype"] for r in rows} == {"fp32"}
 

@@ -28,7 +28,7 @@ tail -n 5 /tmp/dev_ops_large.log
 date +%T
 for d in /tmp/dev_ops /tmp/dev_ops_large; do python3 -m difftest report $d; done
 mkdir -p /tmp/logs && cp /tmp/*.log /tmp/logs/
-cd /tmp && find dev_ops dev_ops_large logs -type f -size -2M ! -name cases.jsonl 2>/dev/null > /tmp/small.txt
+cd /tmp && find dev_ops dev_ops_large logs -type f -size -2M ! -name 'cases.jsonl*' 2>/dev/null > /tmp/small.txt
 tar -czf $O/runs.tgz -T /tmp/small.txt
-for d in dev_ops dev_ops_large; do gzip -c $d/cases.jsonl > $O/${d}_cases.jsonl.gz; done
+for d in dev_ops dev_ops_large; do cp $d/cases.jsonl.gz $O/${d}_cases.jsonl.gz; done  # compressed by fuzz
 ls -la $O
