@@ -297,6 +297,19 @@ def cmd_fuzz(args):
     return run_campaign(args, out)
 
 
+def drawn_inside(args):
+    """summary.json's record of what the campaign drew from (the report greys the rest): --where, each
+    implementation's declared space, and whether the NaN/Inf distributions were on (--special)."""
+    from . import where
+
+    spaces = {}
+    for ref in args.impl:
+        impl = interface.load(ref)
+        if getattr(impl, "space", None) is not None:
+            spaces[impl.name] = where.to_json(where.from_space(impl.space, impl.name))
+    return {"where": where.to_json(args.where), "spaces": spaces, "special": bool(args.special)}
+
+
 def distinct_findings(findings, per_signature):
     """One entry per signature among the findings (two workers may record the same one): its first
     fixture and this run's failing cases with that signature."""
@@ -441,6 +454,7 @@ def run_campaign(args, out):
             "distinct_findings": distinct_findings(findings, per_signature),
             "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
                                if sig in args.known_signatures],
+            **drawn_inside(args),
             "host": merge.host_info(),
         }
     )
