@@ -66,7 +66,7 @@ class Mutant(NamedTuple):
     module: str | None  # impls/torch_eager/<module>.py; None: the unpatched copy
     old: str
     new: str
-    models: str  # the real bug (known_bugs.md id and / or PR) this seeds
+    models: str  # the real bug (K1-K15 id of difftest/known_bugs.py and / or PR) this seeds
     doc: str  # what the change does
     focus: tuple = ()  # (keyword, value) pairs of the strategies for the branch the patch sits in
 
@@ -87,7 +87,7 @@ CATALOGUE = (
         "routing",
         "group_mask(c, top2_sum(c, n_group),",
         "group_mask(c, c.unflatten(1, (n_group, -1)).amax(-1),",
-        "DeepSeek-V2 group rule used for V3 (moe_semantics)",
+        "DeepSeek-V2 group rule used for V3 (docs/semantics.md §1.2)",
         "DeepSeek-V3 group score = group max instead of the sum of the top 2",
         (("method", "deepseek_v3"),),
     ),
@@ -162,7 +162,7 @@ CATALOGUE = (
         "routing",
         'if method == "renormalize":',
         'if method in ("renormalize", "default"):',
-        "RoutingMethodType Default vs Renormalize confusion (flashinfer_api.md §1.8)",
+        "RoutingMethodType Default vs Renormalize confusion (docs/semantics.md §1.1)",
         "default routing takes the softmax over the k selected logits instead of over all E",
     ),
     M(
@@ -170,7 +170,7 @@ CATALOGUE = (
         "routing",
         "shared_w = ordered_sum(w) / divisor",
         "shared_w = torch.ones_like(w[..., 0])",
-        "fused shared-expert convention (moe_semantics: weight = sum / rsf)",
+        "fused shared-expert convention (docs/semantics.md §1.5: weight = sum / rsf)",
         "fused shared experts get weight 1",
     ),
     M(

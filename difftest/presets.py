@@ -78,7 +78,7 @@ PRESETS = {
         False,
         HF.format("deepseek-ai/DeepSeek-R1"),
     ),
-    # The MTP draft layer (num_nextn_predict_layers = 1) is unquantized BF16 (moe_semantics.md §5.4).
+    # The MTP draft layer (num_nextn_predict_layers = 1) is unquantized BF16 (docs/semantics.md §5.5).
     "deepseek-v3-mtp": Preset(
         "deepseek_v3",
         256,
@@ -109,7 +109,7 @@ PRESETS = {
         False,
         HF.format("zai-org/GLM-4.5"),
     ),
-    # GLM-5.x: 256 experts, top-8, n_group 1, large biases (known_bugs.md K5).
+    # GLM-5.x: 256 experts, top-8, n_group 1, large biases (K5, difftest/known_bugs.py).
     "glm-5": Preset(
         "deepseek_v3",
         256,

@@ -1,7 +1,7 @@
 """Derived error bounds: implementation vs recipe-exact (hard and probabilistic), recipe-exact vs ideal.
 
-Error analysis: testing_anchors.md §6. Every stage of spec/layer.py carries an ``Err`` shadow next to its
-value: three element-wise bounds, propagated by the rules below in the order the data flows.
+Error analysis: docs/semantics.md §6, docs/comparisons.md. Every stage of spec/layer.py carries an ``Err``
+shadow next to its value: three element-wise bounds, propagated by the rules below in the order the data flows.
 
 * ``hard``  |impl − spec| for any implementation that follows the recipe: same rounding points (RNE), any
   summation order, accumulation per ``gemm_acc``. A value above it is a bug.
