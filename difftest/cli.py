@@ -680,7 +680,10 @@ def _timeouts(p):
 
 
 def parser():
-    p = Parser(prog="python -m difftest", description=__doc__)
+    p = Parser(prog="python -m difftest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+               epilog=f"The main job: python -m difftest fuzz ({DEFAULT_BUDGET_S} s, spec vs torch on CPU and any "
+                      "available GPU implementation;\nrun directory runs/<timestamp>). Each command's options: "
+                      "python -m difftest COMMAND --help")
     sub = p.add_subparsers(dest="command")
     f = sub.add_parser(
         "fuzz", help="fuzz implementations against the spec (default: torch CPU + available GPUs)"
