@@ -310,6 +310,21 @@ def drawn_inside(args):
     return {"where": where.to_json(args.where), "spaces": spaces, "special": bool(args.special)}
 
 
+def finding_lines(findings):
+    """The FINDING lines of the summary. Two workers may record the same finding (signature) before either
+    knows of the other's: it is printed once, the second fixture on one line under it."""
+    printed, lines = set(), []
+    for f in findings:
+        sig = tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
+        if sig in printed and not f["earlier"]:
+            lines.append(f"  (the same finding, recorded by another worker too: {f['fixture']})")
+            continue
+        printed.add(sig)
+        earlier = ", earlier" if f["earlier"] else ""
+        lines.append(f"FINDING [{f['op']}, {f['impl']}, {f['kind']}{earlier}] {f['message']}")
+    return lines
+
+
 def distinct_findings(findings, per_signature):
     """One entry per signature among the findings (two workers may record the same one): its first
     fixture and this run's failing cases with that signature."""
@@ -466,9 +481,8 @@ def run_campaign(args, out):
         f"max passing error/bound {summary['max_ratio_passing']:.3g} (1.0 = exactly at the derived bound); "
         f"run directory {out}"
     )
-    for f in findings:
-        earlier = ", earlier" if f["earlier"] else ""
-        print(f"FINDING [{f['op']}, {f['impl']}, {f['kind']}{earlier}] {f['message']}")
+    for line in finding_lines(findings):
+        print(line)
     distinct = summary["distinct_findings"]
     if distinct:
         print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field):")

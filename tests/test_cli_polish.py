@@ -211,3 +211,18 @@ def test_a_cut_off_gzip_is_a_one_line_error(tmp_path):
         r = difftest(*args)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert "cases.jsonl.gz: not a complete gzip file" in r.stderr, r.stderr
+
+
+def test_a_finding_two_workers_recorded_is_printed_once():
+    from difftest import cli
+
+    def finding(fixture, kind, field, earlier=False):
+        return {"op": "routing", "impl": "mine", "kind": kind, "earlier": earlier, "fixture": fixture,
+                "message": f"{field} is off\nreplay: python -m difftest replay {fixture}",
+                "signature": ["routing", "mine", kind, field]}
+
+    lines = "\n".join(cli.finding_lines([finding("run/a", "error", "ValueError"),
+                                         finding("run/b", "mismatch", "weights"),
+                                         finding("run/c", "error", "ValueError")])).splitlines()
+    assert [line.split(" ")[0] for line in lines] == ["FINDING", "replay:", "FINDING", "replay:", ""]
+    assert lines[-1] == "  (the same finding, recorded by another worker too: run/c)"
