@@ -689,9 +689,10 @@ def _section_ratios(rep, png):
     img = f"<img alt=\"histogram of error/bound ratios\" src=\"data:image/png;base64,{png}\">" if png else ""
     lo, hi = rep["ratios"]["edges"][0], rep["ratios"]["edges"][-1]
     return (f"<p>Per case, the largest |error| / derived bound over its compared elements: 0 = bit-exact, "
-            f"1.0 = exactly at the derived bound, above 1 fails. The plot's axis is clipped to "
-            f"1e{round(math.log10(lo))}…1e{round(math.log10(hi))}; "
-            "exact zeros and cases without a ratio are counted in its titles, not drawn.</p>" + table + img)
+            f"1.0 = exactly at the derived bound, above 1 fails. The plot's axis spans "
+            f"1e{round(math.log10(lo))}…1e{round(math.log10(hi))} (at most 1e{round(math.log10(RATIO_AXIS[0]))}…"
+            f"1e{round(math.log10(RATIO_AXIS[1]))}: ratios beyond it are drawn in its end bins); exact zeros and "
+            "cases without a ratio are counted in its titles, not drawn.</p>" + table + img)
 
 
 def _seed_text(w):
