@@ -313,15 +313,15 @@ def drawn_inside(args):
 def finding_lines(findings):
     """The FINDING lines of the summary. Two workers may record the same finding (signature) before either
     knows of the other's: it is printed once, the second fixture on one line under it."""
-    printed, lines = set(), []
-    for f in findings:
-        sig = tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
-        if sig in printed and not f["earlier"]:
-            lines.append(f"  (the same finding, recorded by another worker too: {f['fixture']})")
-            continue
-        printed.add(sig)
-        earlier = ", earlier" if f["earlier"] else ""
-        lines.append(f"FINDING [{f['op']}, {f['impl']}, {f['kind']}{earlier}] {f['message']}")
+    groups = {}  # this run's findings by signature, in order of first appearance; earlier ones each alone
+    for i, f in enumerate(findings):
+        key = ("earlier", i) if f["earlier"] else tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
+        groups.setdefault(key, []).append(f)
+    lines = []
+    for first, *again in groups.values():
+        earlier = ", earlier" if first["earlier"] else ""
+        lines.append(f"FINDING [{first['op']}, {first['impl']}, {first['kind']}{earlier}] {first['message']}")
+        lines += [f"  (the same finding, recorded by another worker too: {f['fixture']})" for f in again]
     return lines
 
 

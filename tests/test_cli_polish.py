@@ -223,6 +223,9 @@ def test_a_finding_two_workers_recorded_is_printed_once():
 
     lines = "\n".join(cli.finding_lines([finding("run/a", "error", "ValueError"),
                                          finding("run/b", "mismatch", "weights"),
-                                         finding("run/c", "error", "ValueError")])).splitlines()
-    assert [line.split(" ")[0] for line in lines] == ["FINDING", "replay:", "FINDING", "replay:", ""]
-    assert lines[-1] == "  (the same finding, recorded by another worker too: run/c)"
+                                         finding("run/c", "error", "ValueError"),
+                                         finding("old/d", "error", "ValueError", earlier=True)])).splitlines()
+    assert [line.split(" ")[0] for line in lines] == ["FINDING", "replay:", "", "FINDING", "replay:", "FINDING",
+                                                      "replay:"]
+    assert lines[2] == "  (the same finding, recorded by another worker too: run/c)"
+    assert lines[5].startswith("FINDING [routing, mine, error, earlier]")
