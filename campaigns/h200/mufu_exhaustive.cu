@@ -48,8 +48,7 @@ __global__ void sweep(uint64_t start, uint64_t n, float* ex2_rel, unsigned long 
     if (e == 0 || fabs(r) < 1.1754943508222875e-38 || fabs(r) > 3.4028234663852886e38) continue;
     float a = rcp_approx(x), rn = __frcp_rn(x);
     atomic_max_pos(&rcp_rel[e], (float)(fabs((double)a - r) / fabs(r)));
-    int d = (int)__float_as_int(a) - (int)__float_as_int(rn);
-    if (bits >> 31) d = -d;  // in ulps of magnitude
+    int d = (int)__float_as_int(a) - (int)__float_as_int(rn);  // sign-magnitude: in ulps of magnitude
     atomicAdd(&rcp_dev[(d >= -2 && d <= 2) ? d + 2 : 5], 1ull);
     // the same significand at exponent 127 (x in [1, 2)): its deviation must be d
     float x1 = __uint_as_float((bits & 0x007fffffu) | 0x3f800000u);
