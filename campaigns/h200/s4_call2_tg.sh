@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 4, second H200 call, the trtllm-gen part (sourced by s4_call2.sh after flashinfer is unpacked; $O set):
-# the MUFU probe with its sign fix; the dev kernels again with the measured (tighter) MUFU allowances and the
-# finalize finding known; the composed layer at 1-4,096 tokens without the declared-limit skips.
+# the MUFU probe with its sign fix; the dev kernels again with the measured (tighter) MUFU allowances; the
+# composed layer at 1-4,096 tokens without the declared-limit skips.
 nvcc -O3 -arch=sm_90a -o /tmp/mufu campaigns/h200/mufu_exhaustive.cu && timeout 60 /tmp/mufu > $O/mufu_exhaustive.json
 tail -c 330 $O/mufu_exhaustive.json; echo
 timeout 150 python3 -m difftest fuzz --impl flashinfer.trtllm_gen_dev_ops --op trtllm_ops --time-budget 120 \
