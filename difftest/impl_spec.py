@@ -216,7 +216,7 @@ def dev_kernel(config, inputs):
     if c.kernel == "finalize_deepseek_fp8":
         acc = trtllm_ops.finalize_deepseek_fp8(dev_values(inputs["gemm2_out"], c.dtype), inputs["gemm2_out_scale"],
                                                e2p, inputs["expert_weights"])
-        q, s = trtllm_ops.requant_deepseek_fp8(acc, floor=0.0, fmt=DEV_FORMATS[c.dtype])
+        q, s = trtllm_ops.requant_deepseek_fp8(acc, fmt=DEV_FORMATS[c.dtype])
         return {"out": q, "out_scale": s}
     if c.kernel == "finalize":
         x = dev_values(inputs["gemm2_out"], c.dtype)
