@@ -16,7 +16,7 @@ from .case import CaseError
 from .generate import weights as generated_weights
 from .interface import Impl
 
-DEFAULT = Recipe(name="spec")
+DEFAULT = Recipe(name="spec", tie_rule="lower_index")
 LAYOUTS = {
     "row": layouts.row_major,
     "col": layouts.column_major,
