@@ -1,8 +1,8 @@
 """Where impls/torch_eager rounds, per quant path, keyed by the field names of spec/recipes.py ``Recipe``.
 
 Routing fields are the defaults of ``route``; its keywords bias_dtype, weights_dtype and renorm_order override
-them per call. The sigmoid is "exact": float64 sigmoid rounded once to fp32 (routing.sigmoid). Equal keys go to the lower expert
-index, equal group scores to the lower group (routing.descending_order: a stable sort).
+them per call. The sigmoid is "exact": float64 sigmoid rounded once to fp32 (routing.sigmoid). Equal keys go to
+the lower expert index, equal group scores to the lower group (routing.descending_order: a stable sort).
 Quantized paths: activations and the bf16 intermediate are quantized per token with s = fl(amax / 448) and
 q = e4m3(x / s) (fp8_block, groups of 128); mxfp8 rounds that s up to a power of two (groups of 32, the
 "ceil448" rule, exact x / s); nvfp4 uses groups of 16, a per-token encode global scale and the TRT-LLM scale
