@@ -69,6 +69,7 @@ class Mutant(NamedTuple):
     models: str  # the real bug (known_bugs.md id and / or PR) this seeds
     doc: str  # what the change does
     focus: tuple = ()  # (keyword, value) pairs of the strategies for the branch the patch sits in
+    also: tuple = ()  # further (module, old, new) replacements of the same mutant (a declaration that goes with it)
 
 
 M = Mutant
@@ -324,14 +325,31 @@ CATALOGUE = (
         "mxfp8 / nvfp4 GEMM2 reads the bf16 intermediate without re-quantizing it",
     ),
 )
-EQUIVALENT = (
+TIE_HIGHER = ("routing", "return descending_order(keys)[..., :k]",
+              "return (keys.shape[-1] - 1 - descending_order(keys.flip(-1)))[..., :k]")
+TIE_DECLARED = 'out="bf16", tie_rule="lower_index")'
+CATALOGUE += (
     M(
         "tie_higher_index",
-        "routing",
-        "return descending_order(keys)[..., :k]",
-        "return (keys.shape[-1] - 1 - descending_order(keys.flip(-1)))[..., :k]",
+        *TIE_HIGHER,
+        "vllm PRs #55514 / #54403 / #52679 (torch.topk tie order); serving stacks mixing kernels",
+        "equal keys (and group scores) go to the higher index while the recipe declares the lower index",
+    ),
+)
+EQUIVALENT = (
+    M(
+        "tie_higher_index_declared",
+        *TIE_HIGHER,
         "vllm PRs #55514 / #54403 / #52679 (torch.topk tie order)",
-        "equal keys go to the higher expert index: a valid selection, which the tie-aware check must accept",
+        "equal keys go to the higher index and the recipe says so: a valid selection by its declared rule",
+        also=(("recipe", TIE_DECLARED, TIE_DECLARED.replace("lower_index", "higher_index")),),
+    ),
+    M(
+        "tie_higher_index_unspecified",
+        *TIE_HIGHER,
+        "vllm PRs #55514 / #54403 / #52679 (torch.topk tie order)",
+        "equal keys go to the higher index and the recipe promises no tie order: any valid selection passes",
+        also=(("recipe", TIE_DECLARED, TIE_DECLARED.replace("lower_index", "unspecified")),),
     ),
 )
 IDENTITY = Mutant("identity", None, "", "", "none", "the unpatched copy: must never be flagged")
@@ -364,10 +382,14 @@ def torch_eager_copy(mutant):
     spec = importlib.util.spec_from_file_location(pkg, init, submodule_search_locations=[str(TORCH_EAGER)])
     package = importlib.util.module_from_spec(spec)
     sys.modules[pkg] = package
-    if mutant.module is not None:
-        path = TORCH_EAGER / f"{mutant.module}.py"
-        patched = patch(path.read_text(), mutant.old, mutant.new, f"{mutant.name}: {path.name}")
-        setattr(package, mutant.module, _exec_module(f"{pkg}.{mutant.module}", path, patched))
+    edits = {}
+    for module, old, new in ((mutant.module, mutant.old, mutant.new), *mutant.also):
+        if module is not None:
+            path = TORCH_EAGER / f"{module}.py"
+            source = edits.get(module, path.read_text())
+            edits[module] = patch(source, old, new, f"{mutant.name}: {path.name}")
+    for module, patched in edits.items():
+        setattr(package, module, _exec_module(f"{pkg}.{module}", TORCH_EAGER / f"{module}.py", patched))
     spec.loader.exec_module(package)  # the other modules import from disk as pkg.<module>
     return package
 

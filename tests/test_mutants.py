@@ -91,13 +91,29 @@ FALSE_POSITIVES = [  # shrunk reproducers the equivalent mutant tie_higher_index
 ]
 
 
+@pytest.mark.parametrize("name", [m.name for m in mutants.EQUIVALENT])
 @pytest.mark.parametrize("case", FALSE_POSITIVES, ids=["routing-subnormal-weights", "moe-v2-tied-group"])
-def test_equivalent_mutant_passes_where_it_was_flagged(case):
+def test_equivalent_mutant_passes_where_it_was_flagged(case, name):
     """Subnormal weights at fp32 ties (underflow allowance) and a tied group kept the other way (the layer
-    recomputed at the mutant's ids must not gather the spec's group mask)."""
-    r = run_case(mutants.build("tie_higher_index"), case)
+    recomputed at the mutant's ids must not gather the spec's group mask), the higher-index tie order declared
+    or left unspecified."""
+    r = run_case(mutants.build(name), case)
     assert r.status == "pass", r.message
-    assert r.near_ties > 0 or case.op == "moe"
+    assert r.near_ties > 0
+
+
+TIES = Case("routing", RoutingConfig("topk", 3, 8, 2), "exact_ties", 0)
+
+
+def test_the_tie_rule_decides_whether_the_higher_index_mutant_is_a_bug():
+    """Same code, three declarations: lower_index (torch's) fails it on bit-identical keys, higher_index and
+    unspecified pass it."""
+    assert run_case(TORCH, TIES).status == "pass"
+    r = run_case(mutants.build("tie_higher_index"), TIES)
+    assert r.status == "fail" and "bit-identical" in r.message, r.message
+    for name in ("tie_higher_index_declared", "tie_higher_index_unspecified"):
+        assert run_case(mutants.build(name), TIES).status == "pass", name
+    assert mutants.build("tie_higher_index_declared").recipe(TIES).tie_rule == "higher_index"
 
 
 def _hunt(name, budget, tmp_path=None):
