@@ -16,7 +16,8 @@ import numpy as np
 
 from spec.recipes import Recipe
 
-RECIPE = Recipe(name="example_numpy_fp32")  # the defaults: fp32 logits, bias and weights, exact sigmoid
+# the defaults (fp32 logits, bias and weights, exact sigmoid), and the tie order its stable argsorts give
+RECIPE = Recipe(name="example_numpy_fp32", tie_rule="lower_index")
 
 
 class DeepSeekV3Routing:

@@ -14,7 +14,8 @@ OP = "routing"
 DETERMINISTIC = True
 RECIPE = "flashinfer_fused_topk_deepseek"  # spec.recipes.FUSED_TOPK_DEEPSEEK (fp32 logits); _BF16 for bf16
 RECIPE_FIELDS = {"logits": "per case (fp32 | bf16)", "bias": "fp32", "sigmoid": "tanh",
-                 "routing_weights": "logits dtype", "renorm_order": "scale_then_divide", "eps": 1e-20}
+                 "routing_weights": "logits dtype", "renorm_order": "scale_then_divide", "eps": 1e-20,
+                 "tie_rule": "lower_index"}
 CAPABILITIES = ((8, 9), (9, 0), (10, 0), (10, 3), (10, 7), (12, 0), (12, 1))
 EPS = 1e-20
 LOGITS_DTYPES = ("fp32", "bf16")

@@ -34,7 +34,8 @@ RECIPE_FIELDS = {"logits": "bf16", "bias": None, "sigmoid": "expf", "routing_wei
                  "gemm1_out": "fp32", "act_compute": "fp32", "act_out": "fp32",
                  "router_weight": "before_requant", "requant_intermediate": True, "requant_group": 64,
                  "requant_variant": "mul_448_div_amax", "requant_scale_formula": "mul_rcp448",
-                 "expert_out": "fp32", "combine": "fp32", "out": "bf16", "hidden_nan": "zero"}
+                 "expert_out": "fp32", "combine": "fp32", "out": "bf16", "hidden_nan": "zero",
+                 "tie_rule": "lower_index"}
 CAPABILITIES = ((9, 0),)
 E, I, H, MAX_TOKENS, BLOCK = 256, 512, 2048, 8, 128
 SCORING = {"renormalize": ("softmax", True), "default": ("softmax", False),
