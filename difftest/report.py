@@ -27,6 +27,7 @@ from .case import (
     DEV_DTYPES,
     DEV_KERNELS,
     LOGIT_DTYPES,
+    MOE_LATE_DEFAULTS,
     OPS,
     QUANT_INPUT_DTYPES,
     QUANT_PATHS,
@@ -36,6 +37,7 @@ from .case import (
 )
 from .generate import DISTS
 from .isolation import atomic_write_text
+from .strategies import REACHABLE
 
 SCHEMA = 1
 TOP = 25  # worst cases listed
@@ -57,7 +59,8 @@ ENUM_AXES = (
     ("hidden dtype", ("moe",), "hidden_dtype", ("bf16", "fp16")),
     ("quant scheme", ("quant",), "scheme", QUANT_SCHEMES),
     ("input dtype", ("quant",), "input_dtype", QUANT_INPUT_DTYPES),
-    ("scale format", ("quant",), "scale_fmt", ("fp32", "ue8m0")),
+    ("scale format", ("quant", "moe"), "scale_fmt", ("fp32", "ue8m0")),
+    ("expert weights", ("moe",), "expert_weights", ("prepared", "bf16", "fp32")),
     ("scale layout", ("quant",), "layout", SCALE_LAYOUTS),
     ("quant variant", ("quant",), "variant", QUANT_VARIANTS),
     ("dev kernel", ("trtllm_ops",), "kernel", DEV_KERNELS),
@@ -151,11 +154,15 @@ def fixture_links(run_dir):
 # ---- the numbers (report.json)
 
 def _field(row, name):
-    """A configuration field of a row's case; moe cases keep the routing fields one level down."""
+    """A configuration field of a row's case; moe cases keep the routing fields one level down, and a field left
+    out at its default (case.py MOE_LATE_DEFAULTS) has that default."""
     config = row["case"]["config"]
     if name in config:
         return config[name]
-    return (config.get("routing") or {}).get(name)
+    routing = config.get("routing") or {}
+    if name in routing:
+        return routing[name]
+    return MOE_LATE_DEFAULTS.get(name) if "routing" in config else None
 
 
 def _recipe(row):
@@ -217,7 +224,8 @@ def coverage(rows):
         axes = {"input distribution": _axis(ran, impls, DISTS.get(op, ()), lambda r: r["case"].get("dist"))}
         for title, ops, name, domain in ENUM_AXES:
             if op in ops:
-                axes[title] = _axis(ran, impls, domain, lambda r, n=name: str(_field(r, n) or "none"))
+                values = [str(v or "none") for v in REACHABLE[op].get(name, domain)]  # what a campaign can draw
+                axes[title] = _axis(ran, impls, values, lambda r, n=name: str(_field(r, n) or "none"))
         for title, ops, name, bottom in SHAPE_AXES:
             sizes = [_field(r, name) for r in ran if isinstance(_field(r, name), int)]
             if op in ops and sizes:

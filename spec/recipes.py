@@ -60,6 +60,10 @@ class Recipe:
     per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
     ``mul_448_div_amax`` (mono_moe): NaN → 0, q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp the device's
     reciprocal (quant.hopper_rcp), eps 1e-10.
+    Weight preparation (moe cases whose expert weights come unquantized, MoEConfig.expert_weights): fp8_block
+    weights are quantized per 128×128 tile (each half of a gated W13 on its own) with ``weight_quant_variant`` /
+    ``weight_scale_formula`` (spec.quant.weight_block_quant), mxfp8 weights by ``mx_rule``, nvfp4 weights with one
+    global scale per expert matrix (quant.nvfp4_global_scale), bf16 weights rounded to bf16.
     ``subnormals``: "keep" (IEEE gradual underflow at every store) or "flush" (FTZ/DAZ, CUDA kernels: any
     store whose exact value is below the format's min normal may be written as ±0, and an input subnormal may
     be read as 0). The spec's own values stay IEEE; "flush" only widens the hard/prob bounds
@@ -94,6 +98,8 @@ class Recipe:
     out: str = "bf16"
     subnormals: str = "keep"
     tie_rule: str = "unspecified"
+    weight_quant_variant: str = "div"
+    weight_scale_formula: str = "div448"
 
     def __post_init__(self):
         for field, allowed in (("sigmoid", SIGMOIDS), ("renorm_order", RENORM_ORDERS),
@@ -105,7 +111,8 @@ class Recipe:
                                ("subnormals", SUBNORMALS), ("group_score", GROUP_SCORES),
                                ("routing_scores", ROUTING_ARITHMETIC), ("routing_bias_add", ROUTING_ARITHMETIC),
                                ("routing_group_scores", ROUTING_ARITHMETIC), ("routing_renorm", ROUTING_ARITHMETIC),
-                               ("tie_rule", TIE_RULES)):
+                               ("tie_rule", TIE_RULES), ("weight_quant_variant", QUANT_VARIANTS),
+                               ("weight_scale_formula", SCALE_FORMULAS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
 

@@ -22,7 +22,7 @@ What the kernel computes (read in the 0.7.2.post1 wheel: ``fused_moe/monomoe.py`
 
 import numpy as np
 
-from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_torch
+from ._env import cuda_problem, first_problem, flashinfer_problem, prepared_inputs_problem, to_numpy, to_torch
 
 NAME = "flashinfer.mono_moe"
 OP = "moe"
@@ -49,6 +49,9 @@ def available():
 def unsupported(config):
     """None when a MoEConfig-like ``config`` is the kernel's one shape and semantics; else why not."""
     c, r = config, config.routing
+    problem = prepared_inputs_problem(c)
+    if problem:
+        return problem
     shape = (r.num_experts, c.intermediate_size, c.hidden_size)
     if shape != (E, I, H):
         return f"(E, I, H)={shape}: mono_moe is fixed at E={E}, I={I}, H={H}"
