@@ -130,7 +130,7 @@ def _kind(field):
     kinds = {field_types(op)[field] for op in CONFIGS if field in field_types(op)}
     if not kinds:
         raise WhereError(f"--where {field}: not a configuration field; fields: {', '.join(all_fields())}")
-    return kinds.pop()
+    return max(kinds, key=lambda k: "None" in k)  # a field optional in one op (routing's tile_tokens_dim) may be none
 
 
 def parse(text):

@@ -46,6 +46,8 @@ def unsupported(config):
         return f"eps={c.eps}: the kernel always adds {EPS} to the sum"
     if c.num_fused_shared_experts:
         return "fused shared experts are appended by the caller, not the kernel"
+    if c.tile_tokens_dim is not None:
+        return "tile_tokens_dim: the kernel returns ids and weights, no padded permutation"
     return _limits(c.num_experts, c.n_group, c.topk_group, c.top_k)
 
 
