@@ -525,15 +525,12 @@ def compare_routing(case, inputs, out, recipe, tag):
                 np.inf,
                 f"shared expert ids {ids[:, k:].tolist()[:1]} but spec={shared_ids.tolist()} [{tag}]",
             )
-        verdicts.append(
-            elementwise(
-                "weights[:, shared]",
-                w[:, k:],
-                spec.weights[:, k:],
-                weight_bound(c, recipe, spec.weights[:, k:]),
-                tag,
-            )
-        )
+        want = spec.weights[:, k:].copy()
+        if differ.size:  # Σ(routed weights)/rsf at the implementation's own ids, where those are another valid set
+            sub = {"logits": inputs["logits"][differ], **({"bias": inputs["bias"]} if "bias" in inputs else {})}
+            own = ids[differ, :k].astype(np.int64)
+            want[differ] = impl_spec.route(ungrouped(c), sub, recipe, ids=own).weights[:, k:]
+        verdicts.append(elementwise("weights[:, shared]", w[:, k:], want, weight_bound(c, recipe, want), tag))
     if c.tile_tokens_dim is not None:
         verdicts.append(compare_permutation(c, ids, out, tag))
     return worst(*verdicts)
