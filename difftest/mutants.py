@@ -604,17 +604,22 @@ def _hunt_star(args):
 # ---- report
 
 
+def kind(m):
+    """A mutant's class, or what it is outside the catalogue (an equivalent, the identity)."""
+    return m.cls if m in CATALOGUE else "equivalent" if m in EQUIVALENT else m.name
+
+
 def row(k):
     """One table row of a Kill (a markdown line)."""
     m = MUTANTS[k.mutant]
     if not k.killed:
         outcome = f"survived (expected: needs {m.needs})" if m.needs else "survived"
-        return f"| {k.mutant} | {m.cls} | {m.models} | {outcome} | {k.examples} | {k.seconds:.1f} | | |"
+        return f"| {k.mutant} | {kind(m)} | {m.models} | {outcome} | {k.examples} | {k.seconds:.1f} | | |"
     size = reproducer_size(k.case)
     dims = " ".join(
         f"{d[0].upper()}={size[d]}" for d in ("tokens", "experts", "hidden") if size[d] is not None
     )
-    cells = (k.mutant, m.cls, m.models, k.op, k.examples, f"{k.seconds:.1f}", dims, size["input_elements"])
+    cells = (k.mutant, kind(m), m.models, k.op, k.examples, f"{k.seconds:.1f}", dims, size["input_elements"])
     return "| " + " | ".join(map(str, cells)) + " |"
 
 
@@ -697,9 +702,8 @@ def main(argv=None):
         return 2 if e.code else 0
     if args.list:
         for m in CATALOGUE + EQUIVALENT:
-            kind = m.cls if m in CATALOGUE else "equivalent"
             needs = f" (expected to survive: needs {m.needs})" if m.needs else ""
-            print(f"{m.name:34s} {m.module:8s} {kind:10s} {m.models}\n{'':54s} {m.doc}{needs}")
+            print(f"{m.name:34s} {m.module:8s} {kind(m):10s} {m.models}\n{'':54s} {m.doc}{needs}")
         return 0
     names = args.mutant or [m.name for m in CATALOGUE + EQUIVALENT]
     unknown = [n for n in names if n not in MUTANTS]
