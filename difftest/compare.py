@@ -769,7 +769,7 @@ def compare_trtllm_ops(case, inputs, out, recipe, tag):
         acc = trtllm_ops.finalize_deepseek_fp8(x, scale, e2p, w)
         terms = trtllm_ops.finalize_deepseek_fp8(np.abs(x), scale, e2p, np.abs(w))
         delta = bounds.fp32_accumulation(terms, c.top_k)
-        return _requant_deepseek_fp8(out, acc, delta, np.ones(acc.shape[0], bool), tag, 0.0, c.dtype)
+        return _requant_deepseek_fp8(out, acc, delta, np.ones(acc.shape[0], bool), tag, dtype=c.dtype)
     if c.kernel == "finalize":
         x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs.get("expert_weights")
         v = trtllm_ops.finalize(x, e2p, w, c.hidden_size)

@@ -211,7 +211,7 @@ def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"
         return {"w13": _bf16_weight(seed, "w13", (N1, H), e, H), "w2": _bf16_weight(seed, "w2", (H, I), e, I)}
     out = {}
     for name, (n, k) in (("w13", (N1, H)), ("w2", (H, I))):
-        if quant == "fp8_block":  # gated w13: each half has its own ceil(I/128) scale rows (sem §3)
+        if quant == "fp8_block":  # gated w13: each half has its own ceil(I/128) scale rows (docs/semantics.md §3)
             rows = 2 * -(-I // 128) if name == "w13" and N1 == 2 * I else -(-n // 128)
             sh = (rows, -(-k // 128))
             if scale_fmt == "ue8m0":  # powers of two, 2^-(6 + bits(k)/2) or half of it

@@ -66,7 +66,7 @@ class Mutant(NamedTuple):
     module: str | None  # impls/torch_eager/<module>.py; None: the unpatched copy
     old: str
     new: str
-    models: str  # the real bug (known_bugs.md id and / or PR) this seeds
+    models: str  # the real bug (K1-K15 id of difftest/known_bugs.py and / or PR) this seeds
     doc: str  # what the change does
     focus: tuple = ()  # (keyword, value) pairs of the strategies for the branch the patch sits in
     also: tuple = ()  # further (module, old, new) replacements of the same mutant (a declaration that goes with it)
@@ -75,9 +75,9 @@ class Mutant(NamedTuple):
 
 
 M = Mutant
-# semantic: a public bug's mechanism, a wrong formula or layout (known_bugs.md); subtle: a numeric slip of our own
-# design that only a derived bound sees (a rounding mode, a reduced-precision scale or accumulator, an off-by-one
-# group or block extent, a store narrower than declared); tie: a tie order other than the declared one.
+# semantic: a public bug's mechanism, a wrong formula or layout (difftest/known_bugs.py); subtle: a numeric slip of
+# our own design that only a derived bound sees (a rounding mode, a reduced-precision scale or accumulator, an
+# off-by-one group or block extent, a store narrower than declared); tie: a tie order other than the declared one.
 CLASSES = ("semantic", "subtle", "tie")
 CATALOGUE = (
     # ---- routing.py
@@ -94,7 +94,7 @@ CATALOGUE = (
         "routing",
         "group_mask(c, top2_sum(c, n_group),",
         "group_mask(c, c.unflatten(1, (n_group, -1)).amax(-1),",
-        "DeepSeek-V2 group rule used for V3 (moe_semantics)",
+        "DeepSeek-V2 group rule used for V3 (docs/semantics.md §1.2)",
         "DeepSeek-V3 group score = group max instead of the sum of the top 2",
         (("method", "deepseek_v3"),),
     ),
@@ -169,7 +169,7 @@ CATALOGUE = (
         "routing",
         'if method == "renormalize":',
         'if method in ("renormalize", "default"):',
-        "RoutingMethodType Default vs Renormalize confusion (flashinfer_api.md §1.8)",
+        "RoutingMethodType Default vs Renormalize confusion (docs/semantics.md §1.1)",
         "default routing takes the softmax over the k selected logits instead of over all E",
     ),
     M(
@@ -177,7 +177,7 @@ CATALOGUE = (
         "routing",
         "shared_w = ordered_sum(w) / divisor",
         "shared_w = torch.ones_like(w[..., 0])",
-        "fused shared-expert convention (moe_semantics: weight = sum / rsf)",
+        "fused shared-expert convention (docs/semantics.md §1.5: weight = sum / rsf)",
         "fused shared experts get weight 1",
     ),
     M(

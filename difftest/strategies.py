@@ -260,7 +260,7 @@ def _sizes_of(step, top):
 CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": moe_configs,
                      "trtllm_ops": dev_kernel_configs}
 DIST_NAMES = {"routing": ROUTING_DISTS, "quant": QUANT_DISTS, "moe": ROUTING_DISTS, "trtllm_ops": DEV_DISTS}
-SPECIAL_DISTS = ("nonfinite",)  # special values are their own checks (style §3.4), drawn only on request
+SPECIAL_DISTS = ("nonfinite",)  # NaN/Inf inputs are their own checks, drawn only on request
 
 
 @st.composite

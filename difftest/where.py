@@ -260,3 +260,26 @@ def _moe_configs(quant, where, strategies):
 
 def describe(where):
     return " ".join(f"{f}={c}" for f, c in sorted(where.items()))
+
+
+def to_json(where):
+    """{field: {"values": [...]} or {"lo": x, "hi": y}} (None for an open end): summary.json's record of the
+    filters a campaign drew inside, read back by from_json (the report greys what they exclude)."""
+    def one(c):
+        if c.values is not None:
+            return {"values": list(c.values)}
+        return {"lo": None if c.lo == -math.inf else c.lo, "hi": None if c.hi == math.inf else c.hi}
+
+    return {field: one(c) for field, c in sorted(where.items())}
+
+
+def from_json(record):
+    """The {field: Constraint} of a to_json record; a record that is not one is ignored ({})."""
+    out = {}
+    for field, c in (record or {}).items() if isinstance(record, dict) else ():
+        if isinstance(c, dict) and isinstance(c.get("values"), list):
+            out[field] = Constraint(tuple(c["values"]))
+        elif isinstance(c, dict):
+            lo, hi = c.get("lo"), c.get("hi")
+            out[field] = Constraint(None, -math.inf if lo is None else lo, math.inf if hi is None else hi)
+    return out

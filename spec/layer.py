@@ -1,6 +1,6 @@
 """The MoE layer: routing → activation quantization → GEMM1 → activation → re-quantization → GEMM2 → combine.
 
-Semantics: moe_semantics.md §4-§5, flashinfer_api.md §1, §3. Two modes. ``recipe=None`` is the float64 ideal:
+Semantics: docs/semantics.md §3-§5. Two modes. ``recipe=None`` is the float64 ideal:
 the given inputs (bf16 hidden values, weight codes × scales) in exact float64 arithmetic, with no activation
 quantization and no rounding anywhere; it is the IDEAL recipe below, every rounding an identity. A ``Recipe``
 gives the recipe-exact result: activations quantized by the declared quantizer, GEMMs summed exactly, and one
@@ -166,7 +166,7 @@ def _nibbles(packed):
 
 def _slabs(wd, name, quant, gated):
     """(rows, block-scale rows) of each SLAB-row slab of weight `name`, the unit in which it is decoded. The
-    two halves of a gated w13 each have their own ceil(I/128) block-scale rows (sem §3): no slab straddles
+    two halves of a gated w13 each have their own ceil(I/128) block-scale rows (docs/semantics.md §3): no slab straddles
     them, nor a block row."""
     n = np.shape(wd[name])[0]
     parts = [(0, n, 0)]
@@ -311,7 +311,7 @@ def _expert(x, ex, wt, ew, wd, c):
     -> (contribution to the combine sum [n, H], its Err, possible requant flips [n])."""
     R, gated = c.recipe, c.activation in GATED_ACTIVATIONS
     h, eh = _weight_gemm(x, ex, wd, "w13", c, gated)
-    if c.router_weight_on_input:  # on GEMM1's fp32 accumulator, = (x·w)·W13 (sem §4.4)
+    if c.router_weight_on_input:  # on GEMM1's fp32 accumulator, = (x·w)·W13 (docs/semantics.md §4.4)
         h, eh = h * wt, eh and bounds.product(h, wt, eh, ew, bounds.U32)
     h1 = round_to(h, R.gemm1_out)
     e1 = eh and bounds.rounded(h, h1, eh, R.gemm1_out, R.subnormals == "flush")
@@ -341,7 +341,7 @@ def _expert(x, ex, wt, ew, wd, c):
     group = FP8_BLOCK
     if (
         c.quant != "bf16" and R.requant_intermediate
-    ):  # per token, on the stored intermediate (sem §4.3 step 4)
+    ):  # per token, on the stored intermediate (docs/semantics.md §4.3, step 4)
         group = R.requant_group if c.quant == "fp8_block" else FP8_BLOCK
         q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula, group, c.scale_fmt)
         changed = ea2 and bounds.code_changes(a2, ea2, q)
@@ -372,7 +372,7 @@ class _Config(NamedTuple):
 
 def _route(logits, bias, routing, rsf_placement, recipe, ids):
     """spec Routing under the recipe (ideal: float64); rsf_placement "combine" leaves rsf to the combine and
-    gives fused shared experts 1/rsf of their weight, so that they count once after it (sem §1.8)."""
+    gives fused shared experts 1/rsf of their weight, so that they count once after it (docs/semantics.md §1.5)."""
     options = dict(routing)
     rsf = options.get("routed_scaling_factor")
     if rsf_placement == "combine":

@@ -130,7 +130,7 @@ class Recipe:
         return replace(self, **changes)
 
 
-# FlashInfer trtllm-gen BF16 (fi §1.1, sem §5.5): fp32 routing with bf16 weights written by the routing
+# FlashInfer trtllm-gen BF16 (docs/semantics.md §5.1): fp32 routing with bf16 weights written by the routing
 # kernel, activation fused into GEMM1's fp32 epilogue, bf16 GEMM2 output, fp32 finalize. Ties: the routing
 # kernels' TopKRedType packs (score bits, 65535 − index) into one key, so equal scores go to the lower index
 # (docs/trtllm_gen_routing.md §2; groups likewise).
@@ -138,7 +138,7 @@ TRTLLM_BF16 = Recipe(name="flashinfer_trtllm_bf16", routing_weights="bf16",
                      renorm_order="scale_then_divide", gemm1_out="fp32", router_weight_at="combine",
                      tie_rule="lower_index")
 
-# FlashInfer trtllm-gen FP8 block (DeepSeekFp8, fi §1.3, sem §4.3): hidden states quantized by the caller
+# FlashInfer trtllm-gen FP8 block (DeepSeekFp8, docs/semantics.md §4.3, §5.1): hidden states quantized by the caller
 # (SGLang's JIT kernel: s = amax·fl(1/448), q = x·fl(448·fl(1/amax))), activation in fp32, intermediate
 # re-quantized 1×128 inside the kernel, bf16 routing weights.
 TRTLLM_FP8_BLOCK = Recipe(name="flashinfer_trtllm_fp8_block", routing_weights="bf16",
@@ -146,9 +146,9 @@ TRTLLM_FP8_BLOCK = Recipe(name="flashinfer_trtllm_fp8_block", routing_weights="b
                           act_scale_formula="mul_rcp448", gemm1_out="fp32", router_weight_at="combine",
                           tie_rule="lower_index")
 
-# FlashInfer mono_moe (SM90a block-FP8 single kernel, fi §1.10; impls/flashinfer/mono_moe.py RECIPE_FIELDS, read
-# in the 0.7.2.post1 sources): bf16 logits, __expf sigmoid, weights times fl(1/Σ); quantizer x·(448/amax),
-# s = amax·fl(1/448); fp32 GEMM1 output and activation; router weight before the 1×64 re-quantization;
+# FlashInfer mono_moe (SM90a block-FP8 single kernel, docs/semantics.md §5.4; impls/flashinfer/mono_moe.py
+# RECIPE_FIELDS, read in the 0.7.2.post1 sources): bf16 logits, __expf sigmoid, weights times fl(1/Σ); quantizer
+# x·(448/amax), s = amax·fl(1/448); fp32 GEMM1 output and activation; router weight before the 1×64 re-quantization;
 # Hopper FP8 accumulation; fp32 expert outputs summed by fp32 atomicAdd, one bf16 write.
 # Not stated: its divisions are w·fl(1/Σ) (≤ 1 ulp from w/Σ, inside bounds.routing_weights) and __expf is
 # ex2.approx (2 + 1.16|x| ulps, inside bounds.C_EVAL for |x| ≤ 5; routing-weight bound γ_{E+k+8} covers more).
@@ -158,11 +158,11 @@ MONO_MOE = Recipe(name="flashinfer_mono_moe", logits="bf16", sigmoid="expf", tie
                   gemm1_out="fp32", act_out="fp32", requant_group=64, requant_variant="mul_448_div_amax",
                   requant_scale_formula="mul_rcp448", router_weight_at="before_requant", expert_out="fp32")
 
-# FlashInfer fused_topk_deepseek (fi §1.8, noAuxTcKernels.cu): s = 0.5·tanhf(0.5x) + 0.5, fp32 keys and bias,
-# w = (s·rsf)/(Σs + 1e-20) in double, rounded once to the logits' dtype (fp32 here; the _bf16 row for bf16
-# logits). Routing only: the layer fields keep their defaults. Ties: reduceTopK on TopKRedType (moeTopKFuncs.cuh:
-# 65535 − index in the low bits) and, on the SM100 "cake" path, redux.sync.min over the indices holding the
-# maximum: the lower expert (and group) index.
+# FlashInfer fused_topk_deepseek (docs/semantics.md §5.3, noAuxTcKernels.cu): s = 0.5·tanhf(0.5x) + 0.5, fp32
+# keys and bias, w = (s·rsf)/(Σs + 1e-20) in double, rounded once to the logits' dtype (fp32 here; the _bf16 row
+# for bf16 logits). Routing only: the layer fields keep their defaults. Ties: reduceTopK on TopKRedType
+# (moeTopKFuncs.cuh: 65535 − index in the low bits) and, on the SM100 "cake" path, redux.sync.min over the
+# indices holding the maximum: the lower expert (and group) index.
 FUSED_TOPK_DEEPSEEK = Recipe(name="flashinfer_fused_topk_deepseek", sigmoid="tanh", renorm_order="scale_then_divide",
                              tie_rule="lower_index")
 FUSED_TOPK_DEEPSEEK_BF16 = FUSED_TOPK_DEEPSEEK.but(name="flashinfer_fused_topk_deepseek_bf16", logits="bf16",
@@ -209,7 +209,7 @@ TRTLLM_GEN_NOGEMM_AS_BUILT = tuple(r.but(name=r.name + "_grouped_as_built", bias
                                    for r in (TRTLLM_GEN_NOGEMM_BF16, TRTLLM_GEN_NOGEMM_FP8_BLOCK))
 
 
-# SGLang Triton FP8 block path (sem §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
+# SGLang Triton FP8 block path (docs/semantics.md §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
 # bf16 intermediate caches, router weight in GEMM2's fp32 epilogue, fp32 moe_sum_reduce. Ties unspecified: its
 # select_experts routes through moe_fused_gate (lower index) or the torch-native biased_grouped_topk (torch.topk).
 SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_variant="mul_rcp_amax",

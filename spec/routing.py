@@ -1,8 +1,8 @@
 """MoE routing: FlashInfer's RoutingMethodType methods and SGLang's grouped softmax, as executable math.
 
 Every method maps logits [T, E] (and a correction bias [E] where the method has one) to a ``Routing``:
-int32 ids [T, k + S], weights, and two decision margins. Semantics: moe_semantics.md §1 and
-flashinfer_api.md §1.8, §2; each method's docstring gives its formula.
+int32 ids [T, k + S], weights, and two decision margins. Semantics: docs/semantics.md §1 and
+§5.3; each method's docstring gives its formula.
 
 Precision. By default every step is float32, rounded where the kernels round: logits and bias are read
 as fp32 (the bias first rounded to bf16 with ``bias_dtype="bf16"``, SGLang before #28555 / #33591); exp
@@ -30,7 +30,7 @@ lower group index first (trtllm-gen TopKRedType, moe_fused_gate). Columns of ids
 
 Special values follow IEEE arithmetic of the formulas as written, without warnings. A NaN key ranks below
 every number, -inf included (decided for spec and impls/torch_eager alike: the CUDA routing kernels select
-by iterated `>` argmax, sem §1.3 moe_fused_gate, §1.6 topk_softmax, which a NaN never wins), so a NaN expert
+by iterated `>` argmax, docs/semantics.md §1.3: moe_fused_gate, topk_softmax, which a NaN never wins), so a NaN expert
 (or group) is chosen only when too few others remain; a selected NaN weight makes its token's renormalized
 weights NaN. σ(+inf) = 1 and σ(-inf) = 0. A softmax row whose maximum is not finite (a NaN or +inf logit,
 or all -inf) is all NaN, and its ids are 0..k-1. Group scores rank NaN last as well: the top-2 sum and the

@@ -105,7 +105,7 @@ def test_div_variant_matches_torch(seed, m, group, groups, scale, dtype):
 
 def test_variants_differ_by_at_most_one_code_on_rare_elements():
     """bf16 randn·3, 256×7168: q across formulations differs by ≤ 1 code, same sign, on well under 1 % of
-    elements (sem §2.6 measured 0.047-0.084 %); fp32 scales differ by ≤ 1 ulp. Each pair must differ
+    elements (docs/semantics.md §2.2 measured 0.047-0.084 %); fp32 scales differ by ≤ 1 ulp. Each pair must differ
     somewhere, or the variant switch is dead."""
     x = randn_bf16(7, (256, 7168))
     q_ref, s_ref = per_token_group_quant_fp8(x)
@@ -217,7 +217,7 @@ def test_ue8m0_one_ulp_around_powers_of_two():
     np.testing.assert_array_equal(ue8m0_ceil_log2(p), k + 127)
     wrong = ue8m0_ceil_log2(above) != ue8m0_ceil(above)
     np.testing.assert_array_equal(wrong, (k >= 4) | (k <= -5))
-    assert decode(ue8m0_ceil(above[k == -20]), E8M0)[0] == 2.0**-19  # sem §2.3: 1.9e-6 vs 9.5e-7
+    assert decode(ue8m0_ceil(above[k == -20]), E8M0)[0] == 2.0**-19  # docs/semantics.md §2.3: 1.9e-6 vs 9.5e-7
     assert decode(ue8m0_ceil_log2(above[k == -20]), E8M0)[0] == 2.0**-20
 
 
@@ -290,7 +290,7 @@ def test_weight_dequant_rejects_wrong_scale_shape():
 
 @pytest.mark.parametrize("half_order", ["gate_up", "up_gate"])
 def test_w13_scales_are_two_separately_ceiled_halves(half_order):
-    """I = 192: w13 scales have 2·ceil(192/128) = 4 rows, not ceil(384/128) = 3 (sem §3)."""
+    """I = 192: w13 scales have 2·ceil(192/128) = 4 rows, not ceil(384/128) = 3 (docs/semantics.md §3)."""
     gate = randn_bf16(1, (2, 192, 256))
     up = randn_bf16(2, (2, 192, 256)) * 100
     q, s = w13_block_quant(gate, up, half_order=half_order)
@@ -424,7 +424,8 @@ def test_block_scaled_gemm_partial_k_block_and_errors():
 @pytest.mark.parametrize("acc", ["fp32", "hopper_fp8"])
 def test_block_scaled_gemm_deepseek_v3_size(acc):
     """K = 7168 (hidden), N = 4096 (2I): one expert's GEMM1 at DeepSeek-V3 size (M = 256 tokens; 16 for the
-    step-by-step hopper_fp8 emulation, whose [M, N, 32] products cost memory), within the §6.5 hard bounds."""
+    step-by-step hopper_fp8 emulation, whose [M, N, 32] products cost memory), within the hard bounds of
+    docs/comparisons.md."""
     m = 16 if acc == "hopper_fp8" else 256
     aq, a_s, wq, w_s, ref, abs_ab = gemm_case(21, m, 4096, 7168)
     err = np.abs(block_scaled_gemm(aq, a_s, wq, w_s, acc=acc) - ref)

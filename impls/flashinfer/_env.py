@@ -2,7 +2,7 @@
 
 Capability checks return ``None`` or one line saying exactly why the kernel cannot run here. They never
 start a JIT build or a download: the trtllm-gen cubins are fetched from NVIDIA's artifactory on first
-use, with about a minute of retries when offline (flashinfer_api.md §5, §9), so an offline machine
+use, with about a minute of retries when offline (docs/semantics.md §5.4), so an offline machine
 without them is refused up front.
 """
 
