@@ -342,10 +342,12 @@ def check_ids(config, inputs, ids, recipe, tag, spec=None, tie_rule=None):
     same = (np.sort(ids[:, :k], axis=1) == np.sort(spec.ids[:, :k], axis=1)).all(axis=1)
     rule = tie_rule or (recipe.tie_rule if recipe is not None else "unspecified")
     # the spec's own selection follows the lower-index rule: only a token that differs from it can break that rule
-    for t in np.flatnonzero(~same | (rule == "higher_index")):
+    tokens = np.flatnonzero(~same | (rule == "higher_index"))
+    classes = key_classes(config, inputs, recipe) if rule != "unspecified" and tokens.size else None
+    for t in tokens:
         reason = None if same[t] else _valid_selection(t, ids[t, :k], keys, gkeys, delta, gdelta, config)
-        if reason is None and rule != "unspecified":
-            reason = tie_violation(t, ids[t, :k], inputs, keys, delta, config, recipe, rule)
+        if reason is None and classes is not None:
+            reason = tie_violation(t, ids[t, :k], classes[t], keys, delta, config, recipe, "bias" in inputs, rule)
         if reason:
             return (
                 Verdict(False, np.inf, f"ids[{t}]={sorted(ids[t, :k].tolist())} but spec="
@@ -397,7 +399,7 @@ def _score_inputs(keys, classes, m, tol):
         sorted(classes[must].tolist()))
 
 
-def tie_violation(t, ids, inputs, keys, delta, config, recipe, rule):
+def tie_violation(t, ids, classes, keys, delta, config, recipe, biased, rule):
     """None, or why token t's valid selection `ids` breaks the declared tie rule among bit-identical keys.
 
     Experts: i selected and j rejected with bit-identical inputs (key_classes) hold bit-identical keys wherever
@@ -408,9 +410,8 @@ def tie_violation(t, ids, inputs, keys, delta, config, recipe, rule):
     however an implementation within δ orders each group) tie exactly, so the rule must have kept the first. A
     group is known dropped when it holds no selected expert but an expert that would have been selected before a
     selected one had the group been kept (a key above it by more than 2δ, or an identical one the rule puts
-    first)."""
+    first). `classes`: token t's key_classes."""
     E, G = config.num_experts, config.n_group
-    classes = key_classes(config, inputs, recipe)[t]
     chosen = np.zeros(E, bool)
     chosen[ids] = True
     group = np.arange(E) // (E // G)
@@ -426,7 +427,7 @@ def tie_violation(t, ids, inputs, keys, delta, config, recipe, rule):
                         f"recipe declares ties to the {word} index ({rule})")
     if G == 1 or not unmasked:
         return None
-    m = 2 if group_rule(config, recipe, "bias" in inputs) == "top2_sum" and E // G > 1 else 1
+    m = 2 if group_rule(config, recipe, biased) == "top2_sum" and E // G > 1 else 1
     tol = 2 * delta[t]
     grouped_keys, grouped_classes = keys[t].reshape(G, E // G), classes.reshape(G, E // G)
     score = [_score_inputs(grouped_keys[g], grouped_classes[g], m, tol) for g in range(G)]

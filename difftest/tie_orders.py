@@ -4,8 +4,7 @@
 group stays whole) with the ids mapped back: equal keys go to the higher expert id and equal group scores to the
 higher group. It declares that rule (``tie_rule="higher_index"``), so the comparator holds it to exactly that order
 among bit-identical keys and accepts every other valid selection it makes (difftest/compare.py); fixtures/R02
-holds a case it once rejected. ``UNSPECIFIED_TIES`` is the same code declaring no tie order, as a kernel built on
-torch.topk does.
+holds a case it once rejected.
 """
 
 
@@ -28,4 +27,3 @@ def _declaring(rule):
 
 REVERSED_TIES = TORCH._replace(name="tie_order:reversed", ops=("routing",), run=_reversed_run,
                                recipe=_declaring("higher_index"))
-UNSPECIFIED_TIES = REVERSED_TIES._replace(name="tie_order:unspecified", recipe=_declaring("unspecified"))
