@@ -86,7 +86,7 @@ def _worker(w, args, out, deadline, queue, stop):
     # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
     # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
     signal.signal(signal.SIGTERM, _interrupt)
-    found, record = [], None
+    found, record, op_seconds = [], None, Counter()
     runners = campaign.Runners(out / "difftest-workers", args.timeout, args.first_timeout)
     try:
         cells = _cells(args.impl, args.op, args.model, args.where)
@@ -109,8 +109,10 @@ def _worker(w, args, out, deadline, queue, stop):
                     hypothesis_settings=campaign.cli_settings(args.max_examples, db, cell[0].name, local_db),
                     **common))
             )
-        unsatisfiable = set()
+        unsatisfiable, last = set(), time.monotonic()
         for (impl, _, op, configs), res in runs:
+            op_seconds[op] += time.monotonic() - last  # the wall time this cell's turn took, startup excluded
+            last = time.monotonic()
             if res.unsatisfiable:
                 unsatisfiable.add(id(configs))
             if res.finding:
@@ -118,14 +120,14 @@ def _worker(w, args, out, deadline, queue, stop):
                               "signature": list(res.signature)})
         if cells and len(unsatisfiable) == len(cells):
             raise Unsatisfiable()
-        queue.put((w, found, None))
+        queue.put((w, found, None, dict(op_seconds)))
     except campaign.Interrupted:
-        queue.put((w, found, None))
+        queue.put((w, found, None, dict(op_seconds)))
     except Unsatisfiable:
         queue.put((w, found, "no drawn configuration inside --where (and the implementation's space) meets "
-                             "the case constraints of difftest/case.py"))
+                             "the case constraints of difftest/case.py", dict(op_seconds)))
     except Exception as e:  # reported by the parent as one line
-        queue.put((w, found, f"{type(e).__name__}: {e}"))
+        queue.put((w, found, f"{type(e).__name__}: {e}", dict(op_seconds)))
     finally:
         runners.close()
         if record is not None:
@@ -351,8 +353,8 @@ def _collect(procs, queue, stop, received, t0, budget, out):
     results, last, stopped_at, escalated = {}, time.monotonic(), None, 0
     while len(results) < len(procs):
         try:
-            w, found, error = queue.get(timeout=1.0)
-            results[w] = (found, error)
+            w, found, error, op_seconds = queue.get(timeout=1.0)
+            results[w] = (found, error, op_seconds)
         except Exception:  # queue.Empty (or a signal): print progress, escalate a stop, keep waiting
             if not any(p.is_alive() for p in procs) and queue.empty():
                 break
@@ -376,7 +378,7 @@ def _collect(procs, queue, stop, received, t0, budget, out):
     for w, p in enumerate(procs):
         p.join()
         if w not in results:  # died without a word (the OOM killer, our SIGKILL)
-            results[w] = ([], None if stop.is_set() else f"worker {w} exited with code {p.exitcode}")
+            results[w] = ([], None if stop.is_set() else f"worker {w} exited with code {p.exitcode}", {})
     return results
 
 
@@ -449,8 +451,9 @@ def run_campaign(args, out):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    errors = [e for _, e in results.values() if e]
-    findings = _findings([f for fs, _ in results.values() for f in fs], out)
+    errors = [e for _, e, _ in results.values() if e]
+    findings = _findings([f for fs, _, _ in results.values() for f in fs], out)
+    op_seconds = sum((Counter(secs) for _, _, secs in results.values()), Counter())
     ran, compared, skips = this_run(out)
     per_signature = failures_by_signature(out)
     summary = summarize(out)
@@ -471,6 +474,7 @@ def run_campaign(args, out):
                                if sig in args.known_signatures],
             **drawn_inside(args),
             "host": merge.host_info(),
+            "seconds_by_op": {op: round(secs, 1) for op, secs in sorted(op_seconds.items())},
         }
     )
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")

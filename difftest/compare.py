@@ -333,14 +333,21 @@ def _valid_selection(t, ids, keys, gkeys, delta, gdelta, config):
             f"larger one is rejected beyond 2δ={2 * delta[t]:.2g} (e.g. {hit[1]:.9g} selected, {hit[0]:.9g} not)")
 
 
-def check_ids(config, inputs, ids, recipe, tag, spec=None):
-    """(Verdict, spec Routing, same [T]): every token's ids the spec's set or a valid one (module docstring)."""
+def check_ids(config, inputs, ids, recipe, tag, spec=None, tie_rule=None):
+    """(Verdict, spec Routing, same [T]): every token's ids the spec's set or a valid one (module docstring), and
+    ordered among bit-identical keys as `tie_rule` (default: the recipe's; no recipe: unspecified) declares."""
     k = config.top_k
     spec = spec if spec is not None else impl_spec.route(config, inputs, recipe)
     keys, gkeys, delta, gdelta = keys64(config, inputs, recipe)
     same = (np.sort(ids[:, :k], axis=1) == np.sort(spec.ids[:, :k], axis=1)).all(axis=1)
-    for t in np.flatnonzero(~same):
-        reason = _valid_selection(t, ids[t, :k], keys, gkeys, delta, gdelta, config)
+    rule = tie_rule or (recipe.tie_rule if recipe is not None else "unspecified")
+    # the spec's own selection follows the lower-index rule: only a token that differs from it can break that rule
+    tokens = np.flatnonzero(~same | (rule == "higher_index"))
+    classes = key_classes(config, inputs, recipe) if rule != "unspecified" and tokens.size else None
+    for t in tokens:
+        reason = None if same[t] else _valid_selection(t, ids[t, :k], keys, gkeys, delta, gdelta, config)
+        if reason is None and classes is not None:
+            reason = tie_violation(t, ids[t, :k], classes[t], keys, delta, config, recipe, "bias" in inputs, rule)
         if reason:
             return (
                 Verdict(False, np.inf, f"ids[{t}]={sorted(ids[t, :k].tolist())} but spec="
@@ -349,6 +356,92 @@ def check_ids(config, inputs, ids, recipe, tag, spec=None):
                 same,
             )
     return PASS._replace(near_ties=int((~same).sum())), spec, same
+
+
+# ---- the declared tie rule among bit-identical keys
+
+
+def key_classes(config, inputs, recipe):
+    """int64 [T, E]: experts of one token share a class iff their routing inputs are bit-identical (the logit's
+    float32 bits, and the bias' as the recipe reads it), so that every implementation computes bit-identical keys
+    for them, by the same arithmetic on the same bits; -1 for a NaN logit (never a tie). Inputs that merely round
+    to equal keys (an underflowing softmax, a sigmoid saturating at 1) are not classed together: another correct
+    implementation may compute them apart."""
+    x = np.ascontiguousarray(inputs["logits"], np.float32)
+    bits = x.view(np.uint32).astype(np.int64)
+    if "bias" in inputs and config.method not in RAW_KEYS + SOFTMAX_KEYS:
+        b = np.asarray(inputs["bias"], np.float32)
+        if recipe is not None and recipe.bias != "fp32":
+            b = round_to(b, recipe.bias).astype(np.float32)
+        bits = (bits << 32) | np.ascontiguousarray(b).view(np.uint32).astype(np.int64)[None, :]
+    _, classes = np.unique(bits, return_inverse=True)
+    return np.where(np.isnan(x), -1, classes.reshape(x.shape))
+
+
+def _ranks_first(a, b, rule):
+    """Under a declared tie rule, does index a come before index b (a != b)?"""
+    return a < b if rule == "lower_index" else a > b
+
+
+def _score_inputs(keys, classes, m, tol):
+    """The sorted classes of the m experts whose keys make a group score (top-2 sum: m = 2; max: 1), if every
+    top-m an implementation within tol/2 of the float64 keys can take has those classes; else None."""
+    n = len(keys)
+    if m > n or np.isnan(keys).any() or (classes < 0).any():
+        return None
+    beats = above(keys[:, None], keys[None, :], tol)
+    must = np.flatnonzero(beats.sum(axis=1) >= n - m)
+    maybe = np.setdiff1d(np.flatnonzero(beats.sum(axis=0) < m), must)
+    extra = m - len(must)
+    if extra and len(set(classes[maybe].tolist())) != 1:
+        return None
+    return tuple(sorted(classes[must].tolist() + [int(classes[maybe[0]])] * extra)) if extra else tuple(
+        sorted(classes[must].tolist()))
+
+
+def tie_violation(t, ids, classes, keys, delta, config, recipe, biased, rule):
+    """None, or why token t's valid selection `ids` breaks the declared tie rule among bit-identical keys.
+
+    Experts: i selected and j rejected with bit-identical inputs (key_classes) hold bit-identical keys wherever
+    both are unmasked, so the rule must have put i first. Both are unmasked when they share a group, or when j's
+    group holds a selected expert and every selected key lies more than δ above the mask value (then no selected
+    expert is a masked one, so every group holding one was kept). Groups: a kept group (holding a selected expert,
+    same condition) and a dropped one whose scores come from bit-identical inputs (_score_inputs: the same classes
+    however an implementation within δ orders each group) tie exactly, so the rule must have kept the first. A
+    group is known dropped when it holds no selected expert but an expert that would have been selected before a
+    selected one had the group been kept (a key above it by more than 2δ, or an identical one the rule puts
+    first). `classes`: token t's key_classes."""
+    E, G = config.num_experts, config.n_group
+    chosen = np.zeros(E, bool)
+    chosen[ids] = True
+    group = np.arange(E) // (E // G)
+    sel_keys = keys[t][ids]
+    unmasked = G == 1 or bool(np.all(np.isfinite(sel_keys) & (sel_keys > mask_value(config) + delta[t])))
+    kept = np.zeros(G, bool)
+    kept[group[ids]] = True
+    word = "lower" if rule == "lower_index" else "higher"
+    for i in ids.tolist():
+        for j in np.flatnonzero(~chosen & (classes == classes[i]) & (classes >= 0)).tolist():
+            if (group[i] == group[j] or (unmasked and kept[group[j]])) and not _ranks_first(i, j, rule):
+                return (f"experts {i} and {j} have bit-identical routing inputs, {i} selected over {j}, but the "
+                        f"recipe declares ties to the {word} index ({rule})")
+    if G == 1 or not unmasked:
+        return None
+    m = 2 if group_rule(config, recipe, biased) == "top2_sum" and E // G > 1 else 1
+    tol = 2 * delta[t]
+    grouped_keys, grouped_classes = keys[t].reshape(G, E // G), classes.reshape(G, E // G)
+    score = [_score_inputs(grouped_keys[g], grouped_classes[g], m, tol) for g in range(G)]
+    for b in np.flatnonzero(~kept).tolist():
+        members = np.flatnonzero(group == b)
+        dropped = any(above(keys[t][j], keys[t][i], tol) or (classes[j] == classes[i] >= 0 and _ranks_first(j, i, rule))
+                      for j in members.tolist() for i in ids.tolist())
+        if not dropped or score[b] is None:
+            continue
+        for a in np.flatnonzero(kept).tolist():
+            if score[a] == score[b] and not _ranks_first(a, b, rule):
+                return (f"groups {a} and {b} have bit-identical scores (from bit-identical inputs), {a} kept over "
+                        f"{b}, but the recipe declares ties to the {word} index ({rule})")
+    return None
 
 
 PERMUTATION_KEYS = ("total_num_padded_tokens", "expanded_idx_to_permuted_idx", "permuted_idx_to_token_idx",
@@ -433,15 +526,12 @@ def compare_routing(case, inputs, out, recipe, tag):
                 np.inf,
                 f"shared expert ids {ids[:, k:].tolist()[:1]} but spec={shared_ids.tolist()} [{tag}]",
             )
-        verdicts.append(
-            elementwise(
-                "weights[:, shared]",
-                w[:, k:],
-                spec.weights[:, k:],
-                weight_bound(c, recipe, spec.weights[:, k:]),
-                tag,
-            )
-        )
+        want = spec.weights[:, k:].copy()
+        if differ.size:  # Σ(routed weights)/rsf at the implementation's own ids, where those are another valid set
+            sub = {"logits": inputs["logits"][differ], **({"bias": inputs["bias"]} if "bias" in inputs else {})}
+            own = ids[differ, :k].astype(np.int64)
+            want[differ] = impl_spec.route(ungrouped(c), sub, recipe, ids=own).weights[:, k:]
+        verdicts.append(elementwise("weights[:, shared]", w[:, k:], want, weight_bound(c, recipe, want), tag))
     if c.tile_tokens_dim is not None:
         verdicts.append(compare_permutation(c, ids, out, tag))
     return worst(*verdicts)
@@ -508,8 +598,9 @@ def compare_quant(case, inputs, out, recipe, tag):
 
 def compare_moe(case, inputs, out, recipe, tag):
     """Layer output element-wise against the recipe-exact spec with the spec's hard bound; with exposed ids
-    the spec recomputes with the implementation's ids (after checking them), else tokens whose routing is not
-    robust are excluded and counted. Also the recipe-vs-ideal check of the spec result itself."""
+    the spec recomputes with the implementation's ids (after checking them, the declared tie rule included; the
+    tokens decided as near ties are counted in the verdict), else tokens whose routing is not robust are excluded
+    and counted. Also the recipe-vs-ideal check of the spec result itself."""
     c = case.config
     T, H, k = c.routing.num_tokens, c.hidden_size, c.routing.top_k
     got = np.asarray(out["out"])
@@ -517,11 +608,13 @@ def compare_moe(case, inputs, out, recipe, tag):
         return Verdict(False, np.inf, f"out has shape {got.shape} but expected ({T}, {H}) [{tag}]")
     used = recipe or impl_spec.DEFAULT
     keep = np.ones(T, bool)
-    ids = out.get("ids")
+    ids, near_ties = out.get("ids"), 0
     if ids is not None:
-        v, _, _ = check_ids(c.routing, inputs, np.asarray(ids), used, tag)
+        rule = recipe.tie_rule if recipe is not None else "unspecified"
+        v, _, _ = check_ids(c.routing, inputs, np.asarray(ids), used, tag, tie_rule=rule)
         if not v.ok:
             return v
+        near_ties = v.near_ties
         spec = layer_at(case, inputs, used, np.asarray(ids)[:, :k])
     else:
         spec = impl_spec.layer(case, inputs, used)
@@ -533,7 +626,7 @@ def compare_moe(case, inputs, out, recipe, tag):
     rows = keep[:, None]
     v = elementwise("out", np.where(rows, got, 0), np.where(rows, spec.out, 0), np.where(rows, hard, 0), tag)
     v_ideal = recipe_vs_ideal(case, inputs, spec, used)
-    return worst(v, *v_ideal)._replace(excluded=int((~keep).sum()))
+    return worst(v, *v_ideal)._replace(excluded=int((~keep).sum()), near_ties=near_ties)
 
 
 def recipe_vs_ideal(case, inputs, spec, recipe):

@@ -19,7 +19,7 @@ from .case import CaseError
 from .generate import weights as generated_weights
 from .interface import Impl
 
-DEFAULT = Recipe(name="spec")
+DEFAULT = Recipe(name="spec", tie_rule="lower_index")
 LAYOUTS = {
     "row": layouts.row_major,
     "col": layouts.column_major,
@@ -64,7 +64,7 @@ def layer_kwargs(c):
 
 
 LAYER_KEYS = ("activation", "half_order", "quant", "local_expert_offset", "local_num_experts", "rsf_placement",
-              "router_weight_on_input")
+              "router_weight_on_input", "scale_fmt")
 
 
 def routing_kwargs(r):
@@ -126,6 +126,20 @@ def quantize(config, inputs):
     return {"q": q, "scales": s, "scale_buffer": buf.data, "layout": buf}
 
 
+def expert_weights(case, recipe):
+    """(ExpertWeights, quant path to decode them by) of a moe case. Unquantized expert weights (MoEConfig.
+    expert_weights bf16 / fp32) are prepared by the recipe (spec.layer.PreparedWeights); the float64 ideal reads
+    the given values themselves, as bf16-path weights are read."""
+    from spec.layer import PreparedWeights
+
+    c, w = case.config, generated_weights(case)
+    if c.expert_weights == "prepared":
+        return w, c.quant
+    if recipe is None:
+        return w, "bf16"
+    return PreparedWeights(w, c.quant, recipe, c.gated, c.scale_fmt), c.quant
+
+
 @refusals
 def layer(case, inputs, recipe, ids=None):
     """spec LayerResult of a moe case under `recipe` (None: ideal); `ids` forces the expert selection."""
@@ -135,13 +149,14 @@ def layer(case, inputs, recipe, ids=None):
     routing = routing_kwargs(c.routing)
     if recipe is None:
         routing["bias_dtype"] = c.routing.bias_dtype or "fp32"
+    weights, quant = expert_weights(case, recipe)
     return moe_layer(
         inputs["hidden"],
         inputs["logits"],
         inputs.get("bias"),
-        generated_weights(case),
+        weights,
         routing=routing,
-        **layer_kwargs(c),
+        **{**layer_kwargs(c), "quant": quant, "scale_fmt": c.scale_fmt if quant == c.quant else "fp32"},
         recipe=recipe,
         ids=ids,
     )

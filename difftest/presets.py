@@ -396,14 +396,14 @@ def space(name, op):
     if name == TRTLLM_GEN_ROUTING:
         return {"method": one(*TRTLLM_GEN_METHODS), "num_experts": one(*sorted({e for e, _, _ in TRTLLM_GEN_EXPERTS})),
                 "top_k": Constraint(None, 1, 8), "logits_dtype": one("fp32", "bf16"),
-                "num_tokens": Constraint(None, 1, TRTLLM_GEN_MAX_TOKENS)}
+                "num_tokens": Constraint(None, 1, TRTLLM_GEN_MAX_TOKENS), "tile_tokens_dim": one(8, 16, 32, 64, 128)}
     routing = {"method": one(p.method), "num_experts": one(p.num_experts), "top_k": one(p.top_k),
                "logits_dtype": one("fp32", "bf16"), "bias_dtype": one("fp32", "bf16") if p.biased else one(None)}
     if name == MONO_MOE:
         routing.update(method=one(*MONO_METHODS), top_k=Constraint(None, 1, p.top_k), logits_dtype=one("bf16"),
                        num_tokens=Constraint(None, 0, MONO_MAX_TOKENS))
     if op == "routing":
-        return routing
+        return {**routing, "tile_tokens_dim": one(None)}
     if op == "moe":
         block = BLOCK[p.quant]
         H, I = _scaled(p.hidden_size, MODEL_HIDDEN, block), _scaled(p.intermediate_size, MODEL_INTERMEDIATE, block)
@@ -412,7 +412,7 @@ def space(name, op):
         if name == MONO_MOE:  # always at the kernel's real sizes
             sizes = {"hidden_size": one(p.hidden_size), "intermediate_size": one(p.intermediate_size)}
         return {**routing, **sizes, "activation": one(p.activation), "quant": one(p.quant),
-                "hidden_dtype": one("bf16")}
+                "hidden_dtype": one("bf16"), "scale_fmt": one("fp32"), "expert_weights": one("prepared")}
     scheme = QUANT_SCHEME[p.quant]
     return {"scheme": one(scheme), "hidden_size": one(_scaled(p.hidden_size, MODEL_HIDDEN, BLOCK[p.quant])),
             "input_dtype": one("bf16"), "variant": one("div"), "layout": one("row"),

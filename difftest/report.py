@@ -29,6 +29,7 @@ from .case import (
     DEV_DTYPES,
     DEV_KERNELS,
     LOGIT_DTYPES,
+    MOE_LATE_DEFAULTS,
     OPS,
     QUANT_INPUT_DTYPES,
     QUANT_PATHS,
@@ -38,6 +39,7 @@ from .case import (
 )
 from .generate import DISTS
 from .isolation import atomic_write_text
+from .strategies import REACHABLE
 
 SCHEMA = 1
 TOP = 25  # worst cases listed
@@ -62,10 +64,11 @@ ENUM_AXES = (
     ("bias dtype", ("routing", "moe"), "bias_dtype", ("none",) + BIAS_DTYPES),
     ("activation", ("moe",), "activation", ACTIVATIONS),
     ("quant path", ("moe",), "quant", QUANT_PATHS),
-    ("hidden dtype", ("moe",), "hidden_dtype", ("bf16",)),  # fp16 only through --where hidden_dtype=fp16
+    ("hidden dtype", ("moe",), "hidden_dtype", ("bf16", "fp16")),
     ("quant scheme", ("quant",), "scheme", QUANT_SCHEMES),
     ("input dtype", ("quant",), "input_dtype", QUANT_INPUT_DTYPES),
-    ("scale format", ("quant",), "scale_fmt", ("fp32", "ue8m0")),
+    ("scale format", ("quant", "moe"), "scale_fmt", ("fp32", "ue8m0")),
+    ("expert weights", ("moe",), "expert_weights", ("prepared", "bf16", "fp32")),
     ("scale layout", ("quant",), "layout", SCALE_LAYOUTS),
     ("quant variant", ("quant",), "variant", QUANT_VARIANTS),
     ("dev kernel", ("trtllm_ops",), "kernel", DEV_KERNELS),
@@ -162,11 +165,15 @@ def fixture_links(run_dir):
 # ---- the numbers (report.json)
 
 def _field(row, name):
-    """A configuration field of a row's case; moe cases keep the routing fields one level down."""
+    """A configuration field of a row's case; moe cases keep the routing fields one level down, and a field left
+    out at its default (case.py MOE_LATE_DEFAULTS) has that default."""
     config = row["case"]["config"]
     if name in config:
         return config[name]
-    return (config.get("routing") or {}).get(name)
+    routing = config.get("routing") or {}
+    if name in routing:
+        return routing[name]
+    return MOE_LATE_DEFAULTS.get(name) if "routing" in config else None
 
 
 def _recipe(row):
@@ -277,7 +284,8 @@ def coverage(rows, summary=None):
                                             lambda v, i: v in SPECIAL_DISTS and not special)}
         for title, ops, name, domain in ENUM_AXES:
             if op in ops:
-                values = list(dict.fromkeys(list(domain) + _listed(filters, name)))
+                values = [str(v or "none") for v in REACHABLE[op].get(name, domain)]  # what a campaign can draw
+                values = list(dict.fromkeys(values + _listed(filters, name)))
                 axes[title] = _axis(ran, impls, values, lambda r, n=name: str(_field(r, n) or "none"),
                                     lambda v, i, n=name, f=filters: not _allows(f[i].get(n), v))
         for title, ops, name, bottom in SHAPE_AXES:

@@ -16,12 +16,26 @@ from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
 
 from .case import (
     ACTIVATIONS,
+    BIAS_DTYPES,
     BIASED_METHODS,
+    DEV_DTYPES,
     DEV_KERNELS,
+    EXPERT_WEIGHTS,
+    GROUP_MASK_VALUES,
     GROUPED_METHODS,
+    HALF_ORDERS,
+    HIDDEN_DTYPES,
+    LOGIT_DTYPES,
+    MX_RULES,
+    QUANT_INPUT_DTYPES,
     QUANT_PATHS,
+    QUANT_SCHEMES,
     ROUTING_METHODS,
+    RSF_PLACEMENTS,
+    SCALE_FMTS,
+    SCALE_LAYOUTS,
     SF_LAYOUTS,
+    TILE_TOKENS,
     Case,
     DevKernelConfig,
     MoEConfig,
@@ -45,6 +59,8 @@ MOE_WIDE_ODDS = int(os.environ.get("DIFFTEST_MOE_WIDE_ODDS", "6"))
 MOE_WIDE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_TOKENS", "6"))
 MOE_WIDE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_EXPERTS", "4"))
 TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)  # TMA row padding, warp/tile widths, routing kernel thresholds
+GROUP_SIZES = (16, 32, 64, 128, 256)  # fp8_group quantizer groups (spec.quant.GROUP_SIZES)
+SCALING_FACTORS = (None, 1.0, 2.5, 2.826, 16.0)  # None: no scaling (Qwen, Mixtral, Llama-4); 2.5: DeepSeek-V3
 MAX_SEED = 2**32 - 1
 
 
@@ -60,9 +76,7 @@ def seeds():
 
 
 def routing_scaling_factors():
-    return st.sampled_from(
-        [None, 1.0, 2.5, 2.826, 16.0]
-    )  # None: no scaling (Qwen, Mixtral, Llama-4); 2.5: DeepSeek-V3
+    return st.sampled_from(SCALING_FACTORS)
 
 
 class Groups(NamedTuple):
@@ -92,6 +106,7 @@ def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=Non
         if method in BIASED_METHODS
         else None
     )
+    permutation = _permutation(draw, E) if shared else {}
     return RoutingConfig(
         method=method,
         num_tokens=draw(
@@ -110,14 +125,27 @@ def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=Non
         group_mask_value=draw(st.sampled_from([float("-inf"), 0.0]), label="group_mask_value")
         if method == "deepseek_v2"
         else float("-inf"),
+        **permutation,
     )
+
+
+def _permutation(draw, E):
+    """In one routing case of three, the padded permutation handed to grouped GEMMs (a tile of TILE_TOKENS rows),
+    on an expert-parallel shard half of those times."""
+    if draw(st.integers(0, 2), label="permutation") < 2:
+        return {}
+    out = {"tile_tokens_dim": draw(st.sampled_from(TILE_TOKENS), label="tile_tokens_dim")}
+    if draw(st.booleans(), label="shard"):
+        local = draw(st.integers(1, E), label="local_num_experts")
+        out.update(local_num_experts=local, local_expert_offset=draw(st.integers(0, E - local), label="offset"))
+    return out
 
 
 @st.composite
 def quant_configs(draw, scheme=None):
     scheme = scheme or draw(st.sampled_from(["fp8_group", "mxfp8", "nvfp4"]), label="scheme")
     group = (
-        draw(st.sampled_from([16, 32, 64, 128]), label="group_size")
+        draw(st.sampled_from(GROUP_SIZES), label="group_size")
         if scheme == "fp8_group"
         else {"mxfp8": 32, "nvfp4": 16}[scheme]
     )
@@ -172,7 +200,21 @@ def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None
         local_expert_offset=offset,
         local_num_experts=local,
         **_weight_placement(draw, routing.top_k),
+        **_input_forms(draw, quant),
     )
+
+
+def _input_forms(draw, quant):
+    """The forms the layer's inputs arrive in, the common one first (and three times as likely): bf16 or fp16
+    hidden states; fp32 or UE8M0 scales (fp8_block); expert weights prepared in the path's format, or unquantized
+    bf16 / fp32 values the implementation prepares itself."""
+    forms = {"bf16": ("fp32",), "fp8_block": ("bf16", "fp32"), "mxfp8": ("bf16", "fp32"), "nvfp4": ("bf16", "fp32")}
+    return {
+        "hidden_dtype": draw(st.sampled_from(("bf16",) * 3 + ("fp16",)), label="hidden_dtype"),
+        "scale_fmt": draw(st.sampled_from(("fp32",) * 3 + ("ue8m0",)), label="scale_fmt")
+        if quant == "fp8_block" else "fp32",
+        "expert_weights": draw(st.sampled_from(("prepared",) * 3 + forms[quant]), label="expert_weights"),
+    }
 
 
 def _weight_placement(draw, top_k):
@@ -188,7 +230,7 @@ def _weight_placement(draw, top_k):
 @st.composite
 def dev_kernel_configs(draw, kernel=None):
     """One trtllm-gen dev kernel on up to MAX_TOKENS tokens, top_k up to 10 (finalize's k-split starts above
-    4), tiles 8..128, widths of one to a few blocks."""
+    4), tiles 1..256 (the kernels run 8..128), widths of one to a few blocks."""
     kernel = kernel or draw(st.sampled_from(DEV_KERNELS), label="kernel")
     dtype = {"activation": st.sampled_from(["bf16", "fp16"]), "activation_deepseek_fp8": st.just("e4m3"),
              "convertsf": st.just("e4m3")}.get(kernel, st.sampled_from(["bf16", "fp16", "e4m3"]))
@@ -202,7 +244,7 @@ def dev_kernel_configs(draw, kernel=None):
         hidden_size=draw(_sizes_of(step, MAX_HIDDEN), label="hidden_size"),
         top_k=draw(st.integers(1, 10), label="top_k"),
         num_experts=draw(st.integers(1, 8), label="num_experts"),
-        tile_tokens_dim=draw(st.sampled_from([8, 16, 32, 64, 128]), label="tile_tokens_dim"),
+        tile_tokens_dim=draw(st.sampled_from(TILE_TOKENS), label="tile_tokens_dim"),
         dtype=dtype,
         swiglu_controls=kernel.startswith("activation") and draw(st.booleans(), label="swiglu_controls"),
         weighted=kernel != "finalize" or draw(st.booleans(), label="weighted"),
@@ -231,3 +273,26 @@ def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config
     names = [d for d in DIST_NAMES[op] if special or d not in SPECIAL_DISTS]
     dist = draw(st.sampled_from(names), label="dist")
     return Case(op, config, dist, draw(seeds(), label="seed"), weight_seed if op == "moe" else None)
+
+
+# Every value the strategies above draw, per op, for the configuration fields with few values: what a campaign can
+# reach. tests/test_strategy_coverage.py holds each drawn within the default profile's examples and accepted by
+# torch, and the finite fields equal to what the case model accepts (case.FIELD_DOMAINS); report.py's coverage
+# table lists these.
+_ROUTING_REACHABLE = {"method": ROUTING_METHODS, "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES),
+                      "renormalize": (False, True), "eps": (0.0, 1e-20), "routed_scaling_factor": SCALING_FACTORS,
+                      "group_mask_value": GROUP_MASK_VALUES}
+REACHABLE = {
+    "routing": {**_ROUTING_REACHABLE, "n_group": (1, 2, 4, 8), "num_fused_shared_experts": (0, 1, 2),
+                "tile_tokens_dim": (None, *TILE_TOKENS)},
+    "moe": {**_ROUTING_REACHABLE, "n_group": tuple(g for g in (1, 2, 4, 8) if g == 1 or 2 * g <= MOE_MAX_EXPERTS),
+            "activation": ACTIVATIONS, "half_order": HALF_ORDERS, "quant": QUANT_PATHS, "hidden_dtype": HIDDEN_DTYPES,
+            "rsf_placement": RSF_PLACEMENTS, "router_weight_on_input": (False, True), "scale_fmt": SCALE_FMTS,
+            "expert_weights": EXPERT_WEIGHTS},
+    "quant": {"scheme": QUANT_SCHEMES, "group_size": GROUP_SIZES, "input_dtype": QUANT_INPUT_DTYPES,
+              "variant": QUANT_VARIANTS, "scale_formula": SCALE_FORMULAS, "scale_fmt": SCALE_FMTS,
+              "layout": SCALE_LAYOUTS, "mx_rule": MX_RULES},
+    "trtllm_ops": {"kernel": DEV_KERNELS, "dtype": DEV_DTYPES, "swiglu_controls": (False, True),
+                   "weighted": (False, True), "hidden_padding": (0, 16, 128), "sf_layout": SF_LAYOUTS,
+                   "tile_tokens_dim": TILE_TOKENS},
+}

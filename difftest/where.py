@@ -28,6 +28,7 @@ from .case import (
     CHECKS,
     CONFIGS,
     DEV_KERNELS,
+    EXPERT_WEIGHTS,
     LOGIT_DTYPES,
     QUANT_INPUT_DTYPES,
     QUANT_PATHS,
@@ -45,7 +46,8 @@ CHOICES = {"kernel": DEV_KERNELS, "method": ROUTING_METHODS, "activation": ACTIV
            "scheme": QUANT_SCHEMES,
            "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES), "input_dtype": QUANT_INPUT_DTYPES,
            "layout": SCALE_LAYOUTS, "half_order": ("gate_up", "up_gate"), "hidden_dtype": ("bf16", "fp16"),
-           "rsf_placement": ("routing", "combine"), "scale_fmt": ("fp32", "ue8m0"), "mx_rule": ("ocp", "ceil448")}
+           "rsf_placement": ("routing", "combine"), "scale_fmt": ("fp32", "ue8m0"), "mx_rule": ("ocp", "ceil448"),
+           "expert_weights": EXPERT_WEIGHTS}
 
 
 class WhereError(CaseError):
@@ -128,7 +130,7 @@ def _kind(field):
     kinds = {field_types(op)[field] for op in CONFIGS if field in field_types(op)}
     if not kinds:
         raise WhereError(f"--where {field}: not a configuration field; fields: {', '.join(all_fields())}")
-    return kinds.pop()
+    return max(kinds, key=lambda k: "None" in k)  # a field optional in one op (routing's tile_tokens_dim) may be none
 
 
 def parse(text):

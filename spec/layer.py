@@ -31,12 +31,15 @@ from .quant import (
     nvfp4_global_scale,
     nvfp4_quant,
     per_token_group_quant_fp8,
+    w13_block_quant,
+    weight_block_quant,
 )
 from .recipes import Recipe
 from .routing import SIGMOID_METHODS, expert_parallel_ids, renormalizes, route, softmax_exponents
 
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
+SCALE_FMTS = ("fp32", "ue8m0")  # fp8_block activation / intermediate scales (quant.per_token_group_quant_fp8)
 ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_blocked", "hopper_fp8")
 FP8_BLOCK = 128
 SLAB = 32  # weight rows decoded at a time (divides FP8_BLOCK): a [32, 7168] float64 slab stays in L2
@@ -71,6 +74,50 @@ class StackedWeights(NamedTuple):
 
     def expert(self, e):
         return {k: v[e] for k, v in self.arrays.items()}
+
+
+def prepare_expert(w13, w2, quant, recipe, *, gated, scale_fmt="fp32"):
+    """One expert's unquantized weights (float32 values: w13 [N1, H], w2 [H, I]) prepared as `recipe` declares
+    (Recipe docstring, "Weight preparation"): the per-expert dict of the table in docs/interfaces.md."""
+    if quant == "bf16":
+        return {"w13": round_to(w13, "bf16"), "w2": round_to(w2, "bf16")}
+    out = {}
+    for name, w in (("w13", w13), ("w2", w2)):
+        if quant == "fp8_block":
+            keywords = dict(variant=recipe.weight_quant_variant, scale_formula=recipe.weight_scale_formula,
+                            scale_fmt=scale_fmt)
+            half = len(w) // 2
+            q, sc = (w13_block_quant(w[:half], w[half:], **keywords) if name == "w13" and gated
+                     else weight_block_quant(w, **keywords))
+        elif quant == "mxfp8":
+            q, sc = mxfp8_quant(w, rule=recipe.mx_rule)
+        else:
+            gs = nvfp4_global_scale(w)
+            (q, sc), out[name + "_global"] = nvfp4_quant(w, gs), np.float32(gs)
+        out[name], out[name + "_scale"] = q, sc
+    return out
+
+
+class PreparedWeights(NamedTuple):
+    """ExpertWeights of unquantized weights (`source`, an ExpertWeights of {w13, w2} float32 values) prepared by
+    `recipe` (prepare_expert), each expert with its given values as ``w13_values`` / ``w2_values``, from which
+    the layer charges the preparation's own error to the recipe-vs-ideal bound."""
+
+    source: object
+    quant: str
+    recipe: Recipe
+    gated: bool
+    scale_fmt: str = "fp32"
+
+    @property
+    def num_experts(self):
+        return self.source.num_experts
+
+    def expert(self, e):
+        raw = self.source.expert(e)
+        prepared = prepare_expert(raw["w13"], raw["w2"], self.quant, self.recipe, gated=self.gated,
+                                  scale_fmt=self.scale_fmt)
+        return {**prepared, "w13_values": raw["w13"], "w2_values": raw["w2"]}
 
 
 class LayerResult(NamedTuple):
@@ -162,16 +209,21 @@ def _weight(wd, name, quant, rows, scale_rows):
 def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     """x·Wᵀ [M, N] (_gemm) and its Err (bounds.gemm; `block`: the K block of hopper_fp8), W decoded slab by
     slab from its codes: an expert is never whole in float64, and the four shadow products are one GEMM per
-    slab."""
+    slab. Weights prepared from given values (PreparedWeights: ``<name>_values``) add their preparation error
+    (|x| + δ_ideal)·|W − W_given|ᵀ to the ideal bound."""
     emulated = c.accumulate == "hopper_fp8" == c.recipe.gemm_acc and x.changed is not None
     left = ex and bounds.shadow_operand(x.values, ex)
     if ex and emulated:  # one more left operand: outputs whose block sums may see another code
         left = np.concatenate([left, x.changed.astype(np.float64)])
-    y, products = [], []
+    given = wd.get(name + "_values")
+    y, products, prepared = [], [], []
     for rows, scale_rows in _slabs(wd, name, c.quant, gated):
         w = _weight(wd, name, c.quant, rows, scale_rows)
         y.append(_gemm(x, w, c.accumulate))
         products.append(ex and left @ np.abs(w.values).T)
+        if ex and given is not None:
+            off = np.abs(w.values - np.asarray(given, np.float64)[rows])
+            prepared.append((np.abs(x.values) + ex.ideal) @ off.T)
     if not ex:
         return np.concatenate(y, axis=1), ex
     products = np.concatenate(products, axis=1)
@@ -179,9 +231,10 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     if emulated:
         products, moved = products[: 4 * len(x.values)], products[4 * len(x.values):] > 0
     fp8 = x.fp8 is not None and c.quant == "fp8_block"
-    return np.concatenate(y, axis=1), bounds.gemm_shadow(
-        products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved
-    )
+    e = bounds.gemm_shadow(products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved)
+    if prepared:
+        e = e._replace(ideal=e.ideal + np.concatenate(prepared, axis=1))
+    return np.concatenate(y, axis=1), e
 
 
 def _nvfp4_rows(x):
@@ -216,19 +269,22 @@ def quant_448_div_amax(x, group):
     return q.reshape(x.shape), s
 
 
-def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK):
+def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK, scale_fmt="fp32"):
     """Activation quantization of x [M, K] on a quant path: fp8_block 1×`group` (per_token_group_quant_fp8 with
-    `variant`, `scale_formula`, or quant_448_div_amax), mxfp8 (recipe.mx_rule), nvfp4 (per-token global
-    scale). -> Quantized."""
+    `variant`, `scale_formula`, `scale_fmt`, or quant_448_div_amax), mxfp8 (recipe.mx_rule), nvfp4 (per-token
+    global scale). -> Quantized (a ue8m0 scale moves in powers of two: not linear in amax)."""
     x = np.asarray(x, np.float32)
     if quant == "fp8_block":
         if variant == "mul_448_div_amax":
+            if scale_fmt != "fp32":
+                raise ValueError(f"the mul_448_div_amax quantizer (mono_moe) has no {scale_fmt} scales")
             q, s = quant_448_div_amax(x, group)
         else:
-            q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula)
+            q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula,
+                                             scale_fmt=scale_fmt)
         scale = _block_scales(s, x.shape[1], group)
         return Quantized(
-            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, True, (q, s)
+            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, scale_fmt == "fp32", (q, s)
         )
     if quant == "mxfp8":
         q, e8 = mxfp8_quant(x, rule=recipe.mx_rule)
@@ -287,7 +343,7 @@ def _expert(x, ex, wt, ew, wd, c):
         c.quant != "bf16" and R.requant_intermediate
     ):  # per token, on the stored intermediate (docs/semantics.md §4.3, step 4)
         group = R.requant_group if c.quant == "fp8_block" else FP8_BLOCK
-        q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula, group)
+        q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula, group, c.scale_fmt)
         changed = ea2 and bounds.code_changes(a2, ea2, q)
         op, ev = Operand(q.values, q.fp8, changed if ea2 else None), ea2 and bounds.requantized(a2, ea2, q)
         flips = np.count_nonzero(changed, axis=-1) if ea2 else flips
@@ -311,6 +367,7 @@ class _Config(NamedTuple):
     router_weight_on_input: bool
     recipe: Recipe
     accumulate: str
+    scale_fmt: str
 
 
 def _route(logits, bias, routing, rsf_placement, recipe, ids):
@@ -387,12 +444,14 @@ def moe_layer(
     recipe=None,
     ids=None,
     accumulate=None,
+    scale_fmt="fp32",
 ):
     """out[t] = Σ_j w[t, j]·W2_e·act(W13_e·x[t]) over the local experts e = ids[t, j] (rsf in the routing
     weights or multiplying the sum, per rsf_placement), recipe-exact or ideal. hidden [T, H], logits [T, E],
     weights an ExpertWeights holding E + S experts (global ids). accumulate (ACCUMULATIONS): how GEMMs sum;
     None = the recipe's: "hopper_fp8" (bit-exact emulation, tight bounds) for a hopper_fp8 recipe, else
-    "exact" (the bounds cover any summation order). -> LayerResult."""
+    "exact" (the bounds cover any summation order). scale_fmt (SCALE_FMTS, fp8_block): the activation and
+    intermediate scales, fp32 or rounded up to powers of two (ue8m0). -> LayerResult."""
     if accumulate is None:
         accumulate = "hopper_fp8" if recipe is not None and recipe.gemm_acc == "hopper_fp8" else "exact"
     check_activation(activation, half_order)
@@ -400,6 +459,7 @@ def moe_layer(
         ("quant", quant, QUANT_PATHS),
         ("rsf_placement", rsf_placement, RSF_PLACEMENTS),
         ("accumulate", accumulate, ACCUMULATIONS),
+        ("scale_fmt", scale_fmt, SCALE_FMTS),
     ):
         if value not in allowed:
             raise ValueError(f"{name}={value!r} is not one of {allowed}")
@@ -423,8 +483,10 @@ def moe_layer(
     r = _route(logits, bias, routing, rsf_placement, recipe, ids)
     local = expert_parallel_ids(r.ids, local_expert_offset, n_local)
     tracked = recipe is not None
+    if scale_fmt != "fp32" and quant != "fp8_block":
+        raise ValueError(f"scale_fmt={scale_fmt!r} needs quant='fp8_block', got {quant!r}")
     if tracked and quant != "bf16":
-        q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula)
+        q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula, scale_fmt=scale_fmt)
         rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" and not _rcp_exact(hidden, FP8_BLOCK) else 0.0
         hidden64 = np.asarray(hidden, np.float64)
         ex = bounds.quantized_input(hidden64, q, rel)
@@ -441,7 +503,7 @@ def moe_layer(
                                             _routing_rsf(routing, rsf_placement), unrounded=unrounded,
                                             softmax_exponents=softmax_exponents(logits, routing["method"],
                                                                                 r.ids[:, :k]))
-    c = _Config(activation, half_order, quant, router_weight_on_input, R, accumulate)
+    c = _Config(activation, half_order, quant, router_weight_on_input, R, accumulate, scale_fmt)
     total, total_abs = np.zeros((T, H)), np.zeros((T, H))
     err = tracked and bounds.zero((T, H))
     flips = np.zeros(T, int)

@@ -113,11 +113,16 @@ def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", sc
     return q.reshape(x.shape), s
 
 
-def weight_block_quant(w, block=128, *, eps=1e-10):
+def weight_block_quant(w, block=128, *, eps=1e-10, variant="div", scale_formula="div448", scale_fmt="fp32"):
     """DeepSeek weight quantization: per block×block tile of the last two dims s = max(amax, eps)/448 and
     q = e4m3fn(clamp(w/s, ±448)); partial last tiles have a scale too (docs/semantics.md §3). [..., N, K] ->
-    (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8."""
+    (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8; variant,
+    scale_formula and scale_fmt (ue8m0: s rounded up to a power of two, w/s exact) as there."""
     w = _fp32_values(w, "w")
+    for name, value, allowed in (("variant", variant, QUANT_VARIANTS), ("scale_formula", scale_formula,
+                                 SCALE_FORMULAS), ("scale_fmt", scale_fmt, SCALE_FMTS)):
+        if value not in allowed:
+            raise ValueError(f"{name}={value!r} is not one of {allowed}")
     if w.ndim < 2:
         raise ValueError(f"w must be [..., N, K], got shape {w.shape}")
     *lead, n, k = w.shape
@@ -125,8 +130,12 @@ def weight_block_quant(w, block=128, *, eps=1e-10):
     padded = np.zeros((*lead, nb * block, kb * block), np.float32)  # zeros never raise a tile's amax
     padded[..., :n, :k] = w
     tiles = padded.reshape(*lead, nb, block, kb, block)
-    s = _amax(tiles, axis=(-3, -1), floor=eps) / FP8_MAX
-    q = encode(np.clip(tiles / s[..., :, None, :, None], -FP8_MAX, FP8_MAX), E4M3FN)
+    amax = _amax(tiles, axis=(-3, -1), floor=eps)
+    s = amax / FP8_MAX if scale_formula == "div448" else amax * RCP448
+    if scale_fmt == "ue8m0":
+        s, variant = decode(ue8m0_ceil(s), E8M0), "div"  # a power of two: w/s is exact
+    per_tile = (slice(None),) * len(lead) + (slice(None), None, slice(None), None)
+    q = encode(np.clip(_scaled(tiles, s[per_tile], amax[per_tile], variant), -FP8_MAX, FP8_MAX), E4M3FN)
     return q.reshape(padded.shape)[..., :n, :k], s
 
 
@@ -141,14 +150,16 @@ def weight_dequant(q, s, block=128):
     return E4M3_VALUES[q] * per_element
 
 
-def w13_block_quant(gate, up, *, half_order="gate_up", block=128):
+def w13_block_quant(gate, up, *, half_order="gate_up", block=128, **quantizer):
     """w13 from its halves, each block-quantized on its own (docs/semantics.md §3): gate, up [..., I, H] -> (q uint8
-    [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate")."""
+    [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate"); `quantizer`:
+    weight_block_quant's keywords."""
     if half_order not in HALF_ORDERS:
         raise ValueError(f"half_order={half_order!r} is not one of {HALF_ORDERS}")
     if np.shape(gate) != np.shape(up):
         raise ValueError(f"gate {np.shape(gate)} and up {np.shape(up)} must have the same shape")
-    halves = [weight_block_quant(h, block) for h in ((gate, up) if half_order == "gate_up" else (up, gate))]
+    ordered = (gate, up) if half_order == "gate_up" else (up, gate)
+    halves = [weight_block_quant(h, block, **quantizer) for h in ordered]
     return tuple(np.concatenate(parts, axis=-2) for parts in zip(*halves, strict=True))
 
 

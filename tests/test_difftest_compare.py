@@ -60,12 +60,28 @@ def _reversed_ties(case, inputs):
     return {"ids": ids, "weights": r.weights}
 
 
+def declaring(rule, run):
+    """impl(run) whose recipe declares the tie rule `rule`."""
+    return impl(run)._replace(recipe=lambda case: impl_spec.DEFAULT.but(tie_rule=rule))
+
+
+@pytest.mark.parametrize("rule", ["higher_index", "unspecified"])
 @pytest.mark.parametrize("method", ["sigmoid", "deepseek_v3", "renormalize_naive", "topk"])
-def test_ties_broken_the_other_way_pass_as_near_ties(method):
+def test_ties_broken_the_other_way_pass_as_near_ties(method, rule):
+    """Reversed ties are valid where the recipe declares them (exactly) or promises no order."""
     cfg = RoutingConfig(method, 16, 16, 4, *((4, 2) if method == "deepseek_v3" else (1, 1)))
-    r = check.run_case(impl(_reversed_ties), Case("routing", cfg, "exact_ties", 3))
+    r = check.run_case(declaring(rule, _reversed_ties), Case("routing", cfg, "exact_ties", 3))
     assert r.status == "pass", r.message
     assert r.near_ties > 0
+
+
+@pytest.mark.parametrize("method", ["sigmoid", "deepseek_v3", "renormalize_naive", "topk"])
+def test_ties_broken_the_other_way_fail_a_declared_lower_index_rule(method):
+    """The same selections, declared "lower_index" (the spec, torch, trtllm-gen): bit-identical keys are
+    compared exactly against the rule."""
+    cfg = RoutingConfig(method, 16, 16, 4, *((4, 2) if method == "deepseek_v3" else (1, 1)))
+    r = check.run_case(declaring("lower_index", _reversed_ties), Case("routing", cfg, "exact_ties", 3))
+    assert r.status == "fail" and "bit-identical" in r.message and "lower index" in r.message, r.message
 
 
 def test_a_clearly_worse_expert_fails():

@@ -249,7 +249,8 @@ def test_coverage_greys_what_the_run_did_not_draw_from():
     assert [r[0] for r in hidden["rows"]] == ["16–31", "32–63", "64–127", "128–255", "256–511"]
     assert hidden["zero"] == [] and len(hidden["excluded"]) == 4  # the preset's quantizer is 256 wide
     assert ["nonfinite", "torch"] in cov["quant"]["input distribution"]["excluded"]
-    assert [r[0] for r in cov["moe"]["hidden dtype"]["rows"]] == ["bf16"]
+    assert [r[0] for r in cov["moe"]["hidden dtype"]["rows"]] == ["bf16", "fp16"]  # fp16: the default strategies'
+    assert ["fp16", "torch"] in cov["moe"]["hidden dtype"]["excluded"]  # ... but not the preset's
     plain = report.coverage(rows, {})  # no filters recorded: every drawable value never hit is a gap
     assert ["topk", "torch"] in plain["routing"]["routing method"]["zero"]
     assert plain["routing"]["routing method"]["excluded"] == []

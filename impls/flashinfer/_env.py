@@ -114,3 +114,14 @@ def to_numpy(t):
     if t.is_floating_point():
         return t.float().numpy()
     return t.numpy()
+
+
+def prepared_inputs_problem(config):
+    """None for a moe case in the form these adapters take (fp32 FP8 scales, prepared expert weights); else why
+    not: UE8M0 scales (MoEConfig.scale_fmt) and unquantized expert weights (MoEConfig.expert_weights) are not
+    adapted here."""
+    if getattr(config, "scale_fmt", "fp32") != "fp32":
+        return f"scale_fmt={config.scale_fmt!r}: this adapter takes fp32 scales"
+    if getattr(config, "expert_weights", "prepared") != "prepared":
+        return f"expert_weights={config.expert_weights!r}: this adapter takes prepared (quantized) expert weights"
+    return None

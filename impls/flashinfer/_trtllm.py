@@ -1,6 +1,6 @@
 """What the three trtllm-gen MoE adapters share: capability, enums by member, config checks."""
 
-from ._env import cubin_problem, cuda_problem, first_problem, flashinfer_problem
+from ._env import cubin_problem, cuda_problem, first_problem, flashinfer_problem, prepared_inputs_problem
 
 CAPABILITIES = ((10, 0), (10, 3))  # prebuilt cubins exist for Sm100a/f and Sm103a only (docs/semantics.md §5.4)
 METHODS = {"default": "Default", "renormalize": "Renormalize", "deepseek_v3": "DeepSeekV3",
@@ -39,6 +39,8 @@ def unsupported(config, *, quant, activations, logits_dtypes=("fp32", "bf16")):
     c, r = config, config.routing
     if c.quant != quant:
         return f"quant={c.quant!r}, this entry point takes {quant!r}"
+    if prepared_inputs_problem(c):
+        return prepared_inputs_problem(c)
     if r.method not in METHODS:
         return f"method {r.method!r} not in {tuple(METHODS)}"
     if c.activation not in activations:

@@ -8,7 +8,7 @@ are [up; gate]; in FP8-block mode the input stays bf16 and the kernel quantizes 
 
 import os
 
-from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_torch
+from ._env import cuda_problem, first_problem, flashinfer_problem, prepared_inputs_problem, to_numpy, to_torch
 from ._prep import up_gate_rows
 
 NAME = "flashinfer.cutlass_fused_moe"
@@ -26,6 +26,8 @@ def available():
 
 def unsupported(config):
     c = config
+    if prepared_inputs_problem(c):
+        return prepared_inputs_problem(c)
     if c.quant not in ("bf16", "fp8_block"):
         return f"quant={c.quant!r} not in ('bf16', 'fp8_block')"
     if c.activation != "swiglu":

@@ -14,7 +14,8 @@ OP = "routing"
 DETERMINISTIC = True
 RECIPE = "flashinfer_fused_topk_deepseek"  # spec.recipes.FUSED_TOPK_DEEPSEEK (fp32 logits); _BF16 for bf16
 RECIPE_FIELDS = {"logits": "per case (fp32 | bf16)", "bias": "fp32", "sigmoid": "tanh",
-                 "routing_weights": "logits dtype", "renorm_order": "scale_then_divide", "eps": 1e-20}
+                 "routing_weights": "logits dtype", "renorm_order": "scale_then_divide", "eps": 1e-20,
+                 "tie_rule": "lower_index"}
 CAPABILITIES = ((8, 9), (9, 0), (10, 0), (10, 3), (10, 7), (12, 0), (12, 1))
 EPS = 1e-20
 LOGITS_DTYPES = ("fp32", "bf16")
@@ -45,6 +46,8 @@ def unsupported(config):
         return f"eps={c.eps}: the kernel always adds {EPS} to the sum"
     if c.num_fused_shared_experts:
         return "fused shared experts are appended by the caller, not the kernel"
+    if c.tile_tokens_dim is not None:
+        return "tile_tokens_dim: the kernel returns ids and weights, no padded permutation"
     return _limits(c.num_experts, c.n_group, c.topk_group, c.top_k)
 
 
