@@ -462,8 +462,14 @@ def compare_routing(case, inputs, out, recipe, tag):
 
 
 def _bits(a):
+    """The bit patterns to compare: uint8 codes as they are, integer words (packed UE8M0 scales) as unsigned
+    integers of their width (never through float32, which cannot hold a 32-bit word), values as fp32 bits."""
     a = np.asarray(a)
-    return a.view(np.uint8) if a.dtype == np.uint8 else np.ascontiguousarray(a, np.float32).view(np.uint32)
+    if a.dtype == np.uint8:
+        return a
+    if a.dtype.kind in "iu":
+        return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}")
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _bit_exact(name, got, want, tag):
