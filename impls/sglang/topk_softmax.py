@@ -18,7 +18,7 @@ OP = "routing"
 DETERMINISTIC = True
 RECIPE = "sglang_topk_softmax"
 METHODS = {"default": False, "renormalize_naive": True}  # spec method -> the kernel's renormalize
-SPACE = {"method": list(METHODS), "eps": 0.0, "routed_scaling_factor": None}
+SPACE = {"method": list(METHODS), "eps": 0.0, "routed_scaling_factor": None, "num_fused_shared_experts": 0}
 
 
 def available():
