@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
-from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
+from spec.recipes import HOST_QUANT_VARIANTS, SCALE_FORMULAS
 
 from .case import (
     ACTIVATIONS,
@@ -158,7 +158,7 @@ def quant_configs(draw, scheme=None):
         hidden_size=H,
         group_size=group if scheme == "fp8_group" else 128,
         input_dtype=draw(st.sampled_from(["bf16", "fp16", "fp32"]), label="input_dtype"),
-        variant=draw(st.sampled_from(QUANT_VARIANTS), label="variant"),
+        variant=draw(st.sampled_from(HOST_QUANT_VARIANTS), label="variant"),
         scale_formula=draw(st.sampled_from(SCALE_FORMULAS), label="scale_formula"),
         scale_fmt=fmt,
         layout=draw(st.sampled_from(layouts), label="layout") if scheme == "fp8_group" else "row",
