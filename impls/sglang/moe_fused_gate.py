@@ -65,7 +65,7 @@ def _unsupported(c, kernel_dtype):
 BF16_ONE_EXPERT = (
     "num_experts=1 in bf16: each thread reads its row chunk through AccessType<T> = AlignedArray<T, MAX_VPT> "
     "(moe_fused_gate.cu, `vec_thread_read_ptr = reinterpret_cast<AccessType<T> const*>(thread_read_ptr)`), "
-    "which promises 64-byte alignment, while 1-expert bf16 rows start 2 bytes apart: 72 of 90 such cases on "
+    "which promises 64-byte alignment, while 1-expert bf16 rows start 2 bytes apart: 72 of 93 such cases on "
     "the H200 stopped with 'misaligned address' (fp32 rows, 4 bytes apart, ran clean)")
 
 
