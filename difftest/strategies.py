@@ -13,16 +13,30 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
-from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
+from spec.recipes import HOST_QUANT_VARIANTS, QUANT_VARIANTS, SCALE_FORMULAS
 
 from .case import (
     ACTIVATIONS,
+    BIAS_DTYPES,
     BIASED_METHODS,
+    DEV_DTYPES,
     DEV_KERNELS,
+    EXPERT_WEIGHTS,
+    GROUP_MASK_VALUES,
     GROUPED_METHODS,
+    HALF_ORDERS,
+    HIDDEN_DTYPES,
+    LOGIT_DTYPES,
+    MX_RULES,
+    QUANT_INPUT_DTYPES,
     QUANT_PATHS,
+    QUANT_SCHEMES,
     ROUTING_METHODS,
+    RSF_PLACEMENTS,
+    SCALE_FMTS,
+    SCALE_LAYOUTS,
     SF_LAYOUTS,
+    TILE_TOKENS,
     Case,
     DevKernelConfig,
     MoEConfig,
@@ -46,6 +60,8 @@ MOE_WIDE_ODDS = int(os.environ.get("DIFFTEST_MOE_WIDE_ODDS", "6"))
 MOE_WIDE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_TOKENS", "6"))
 MOE_WIDE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_EXPERTS", "4"))
 TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)  # TMA row padding, warp/tile widths, routing kernel thresholds
+GROUP_SIZES = (16, 32, 64, 128, 256)  # fp8_group quantizer groups (spec.quant.GROUP_SIZES)
+SCALING_FACTORS = (None, 1.0, 2.5, 2.826, 16.0)  # None: no scaling (Qwen, Mixtral, Llama-4); 2.5: DeepSeek-V3
 MAX_SEED = 2**32 - 1
 
 # Strategies are built once and reused (functools.cache for those with arguments): a strategy built inside a
@@ -69,9 +85,7 @@ def seeds():
 
 @_cached
 def routing_scaling_factors():
-    return st.sampled_from(
-        [None, 1.0, 2.5, 2.826, 16.0]
-    )  # None: no scaling (Qwen, Mixtral, Llama-4); 2.5: DeepSeek-V3
+    return st.sampled_from(SCALING_FACTORS)
 
 
 @_cached
@@ -118,6 +132,7 @@ def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=Non
         if method in BIASED_METHODS
         else None
     )
+    permutation = _permutation(draw, E) if shared else {}
     return RoutingConfig(
         method=method,
         num_tokens=draw(
@@ -136,7 +151,20 @@ def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=Non
         group_mask_value=draw(_sampled(float("-inf"), 0.0), label="group_mask_value")
         if method == "deepseek_v2"
         else float("-inf"),
+        **permutation,
     )
+
+
+def _permutation(draw, E):
+    """In one routing case of three, the padded permutation handed to grouped GEMMs (a tile of TILE_TOKENS rows),
+    on an expert-parallel shard half of those times."""
+    if draw(_ints(0, 2), label="permutation") < 2:
+        return {}
+    out = {"tile_tokens_dim": draw(_sampled(*TILE_TOKENS), label="tile_tokens_dim")}
+    if draw(BOOLEANS, label="shard"):
+        local = draw(_ints(1, E), label="local_num_experts")
+        out.update(local_num_experts=local, local_expert_offset=draw(_ints(0, E - local), label="offset"))
+    return out
 
 
 @_cached
@@ -144,7 +172,7 @@ def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=Non
 def quant_configs(draw, scheme=None):
     scheme = scheme or draw(_sampled("fp8_group", "mxfp8", "nvfp4"), label="scheme")
     group = (
-        draw(_sampled(16, 32, 64, 128), label="group_size")
+        draw(_sampled(*GROUP_SIZES), label="group_size")
         if scheme == "fp8_group"
         else {"mxfp8": 32, "nvfp4": 16}[scheme]
     )
@@ -157,7 +185,7 @@ def quant_configs(draw, scheme=None):
         hidden_size=H,
         group_size=group if scheme == "fp8_group" else 128,
         input_dtype=draw(_sampled("bf16", "fp16", "fp32"), label="input_dtype"),
-        variant=draw(_sampled(*QUANT_VARIANTS), label="variant"),
+        variant=draw(_sampled(*HOST_QUANT_VARIANTS), label="variant"),
         scale_formula=draw(_sampled(*SCALE_FORMULAS), label="scale_formula"),
         scale_fmt=fmt,
         layout=draw(_sampled(*layouts), label="layout") if scheme == "fp8_group" else "row",
@@ -201,7 +229,21 @@ def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None
         local_expert_offset=offset,
         local_num_experts=local,
         **_weight_placement(draw, routing.top_k),
+        **_input_forms(draw, quant),
     )
+
+
+def _input_forms(draw, quant):
+    """The forms the layer's inputs arrive in, the common one first (and three times as likely): bf16 or fp16
+    hidden states; fp32 or UE8M0 scales (fp8_block); expert weights prepared in the path's format, or unquantized
+    bf16 / fp32 values the implementation prepares itself."""
+    forms = {"bf16": ("fp32",), "fp8_block": ("bf16", "fp32"), "mxfp8": ("bf16", "fp32"), "nvfp4": ("bf16", "fp32")}
+    return {
+        "hidden_dtype": draw(st.sampled_from(("bf16",) * 3 + ("fp16",)), label="hidden_dtype"),
+        "scale_fmt": draw(st.sampled_from(("fp32",) * 3 + ("ue8m0",)), label="scale_fmt")
+        if quant == "fp8_block" else "fp32",
+        "expert_weights": draw(st.sampled_from(("prepared",) * 3 + forms[quant]), label="expert_weights"),
+    }
 
 
 def _weight_placement(draw, top_k):
@@ -218,7 +260,7 @@ def _weight_placement(draw, top_k):
 @st.composite
 def dev_kernel_configs(draw, kernel=None):
     """One trtllm-gen dev kernel on up to MAX_TOKENS tokens, top_k up to 10 (finalize's k-split starts above
-    4), tiles 8..128, widths of one to a few blocks."""
+    4), tiles 1..256 (the kernels ran 8..128 first, then 1, 2, 4, 256 on the H200), widths of one to a few blocks."""
     kernel = kernel or draw(_sampled(*DEV_KERNELS), label="kernel")
     dtype = {"activation": _sampled("bf16", "fp16"), "activation_deepseek_fp8": _JUST_E4M3,
              "convertsf": _JUST_E4M3}.get(kernel, _sampled("bf16", "fp16", "e4m3"))
@@ -232,7 +274,7 @@ def dev_kernel_configs(draw, kernel=None):
         hidden_size=draw(_sizes_of(step, MAX_HIDDEN), label="hidden_size"),
         top_k=draw(_ints(1, 10), label="top_k"),
         num_experts=draw(_ints(1, 8), label="num_experts"),
-        tile_tokens_dim=draw(_sampled(8, 16, 32, 64, 128), label="tile_tokens_dim"),
+        tile_tokens_dim=draw(_sampled(*TILE_TOKENS), label="tile_tokens_dim"),
         dtype=dtype,
         swiglu_controls=kernel.startswith("activation") and draw(BOOLEANS, label="swiglu_controls"),
         weighted=kernel != "finalize" or draw(BOOLEANS, label="weighted"),
@@ -249,7 +291,7 @@ def _sizes_of(step, top):
 CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": moe_configs,
                      "trtllm_ops": dev_kernel_configs}
 DIST_NAMES = {"routing": ROUTING_DISTS, "quant": QUANT_DISTS, "moe": ROUTING_DISTS, "trtllm_ops": DEV_DISTS}
-SPECIAL_DISTS = ("nonfinite",)  # special values are their own checks (style §3.4), drawn only on request
+SPECIAL_DISTS = ("nonfinite",)  # NaN/Inf inputs are their own checks, drawn only on request
 
 
 @st.composite
@@ -262,3 +304,29 @@ def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config
     names = [d for d in DIST_NAMES[op] if special or d not in SPECIAL_DISTS]
     dist = draw(_sampled(*names), label="dist")
     return Case(op, config, dist, draw(seeds(), label="seed"), weight_seed if op == "moe" else None)
+
+
+# Every value the strategies above draw, per op, for the configuration fields with few values: what a campaign can
+# reach. tests/test_strategy_coverage.py holds each drawn within the default profile's examples and accepted by
+# torch, and the finite fields equal to what the case model accepts (case.FIELD_DOMAINS); report.py's coverage
+# table lists these.
+_ROUTING_REACHABLE = {"method": ROUTING_METHODS, "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES),
+                      "renormalize": (False, True), "eps": (0.0, 1e-20), "routed_scaling_factor": SCALING_FACTORS,
+                      "group_mask_value": GROUP_MASK_VALUES}
+# Values the case model accepts that the default strategies leave to a `--where` filter or a plug-in's `space`: the
+# device quantizer fl(448·MUFU.RCP(amax)) (spec.recipes), which neither torch nor a host formulation computes.
+SPACE_ONLY = {"quant": {"variant": tuple(v for v in QUANT_VARIANTS if v not in HOST_QUANT_VARIANTS)}}
+REACHABLE = {
+    "routing": {**_ROUTING_REACHABLE, "n_group": (1, 2, 4, 8), "num_fused_shared_experts": (0, 1, 2),
+                "tile_tokens_dim": (None, *TILE_TOKENS)},
+    "moe": {**_ROUTING_REACHABLE, "n_group": tuple(g for g in (1, 2, 4, 8) if g == 1 or 2 * g <= MOE_MAX_EXPERTS),
+            "activation": ACTIVATIONS, "half_order": HALF_ORDERS, "quant": QUANT_PATHS, "hidden_dtype": HIDDEN_DTYPES,
+            "rsf_placement": RSF_PLACEMENTS, "router_weight_on_input": (False, True), "scale_fmt": SCALE_FMTS,
+            "expert_weights": EXPERT_WEIGHTS},
+    "quant": {"scheme": QUANT_SCHEMES, "group_size": GROUP_SIZES, "input_dtype": QUANT_INPUT_DTYPES,
+              "variant": HOST_QUANT_VARIANTS, "scale_formula": SCALE_FORMULAS, "scale_fmt": SCALE_FMTS,
+              "layout": SCALE_LAYOUTS, "mx_rule": MX_RULES},
+    "trtllm_ops": {"kernel": DEV_KERNELS, "dtype": DEV_DTYPES, "swiglu_controls": (False, True),
+                   "weighted": (False, True), "hidden_padding": (0, 16, 128), "sf_layout": SF_LAYOUTS,
+                   "tile_tokens_dim": TILE_TOKENS},
+}

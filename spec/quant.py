@@ -1,6 +1,6 @@
 """FP8 / MXFP8 / NVFP4 quantization of activations and expert weights, and the block-scaled FP8 GEMM.
 
-Semantics: moe_semantics.md §2-§3 ("sem"), flashinfer_api.md §1.3, §1.4, §3 ("fi"). Values arrive as float32
+Semantics: docs/semantics.md §2, §3, §5. Values arrive as float32
 arrays holding exactly representable values; e4m3fn, e2m1 and e8m0 travel as uint8 codes. Scales are dequant
 multipliers (x ≈ q·s). Arithmetic written on float32 operands is one fp32 round-to-nearest-even per operation.
 NaN rule, every quantizer: amax ignores NaN elements (CUDA fmaxf / __hmax, as the kernels reduce), a NaN
@@ -68,8 +68,9 @@ def ue8m0_ceil(s):
 
 
 def ue8m0_ceil_log2(s):
-    """Mutant of ue8m0_ceil: exp2(ceil(log2f(s))) (Triton, vLLM, DeepGEMM ceil_to_ue8m0; sem §2.3, K14), log2f
-    the fp32 rounding of log2. One ulp above 2^k, k >= 4 or k <= -5, log2f rounds to k: 2^k, not 2^(k+1)."""
+    """Mutant of ue8m0_ceil: exp2(ceil(log2f(s))) (Triton, vLLM, DeepGEMM ceil_to_ue8m0; docs/semantics.md
+    §2.3, K14), log2f the fp32 rounding of log2. One ulp above 2^k, k >= 4 or k <= -5, log2f rounds to k:
+    2^k, not 2^(k+1)."""
     s = _fp32_values(s, "s")
     if not np.all((s > 0) & np.isfinite(s)):
         raise ValueError("ue8m0_ceil_log2: scales must be positive and finite")
@@ -78,17 +79,20 @@ def ue8m0_ceil_log2(s):
 
 
 def _scaled(x, s, amax, variant):
-    """x/s in the formulation `variant` names (sem §2.2 table): each operation one fp32 rounding."""
+    """x/s in the formulation `variant` names (docs/semantics.md §2.2): each operation one fp32 rounding;
+    "mul_448_div_amax" is 448/amax as CUDA's fast math evaluates it, fl(448·MUFU.RCP(amax)) (hopper_rcp)."""
     if variant == "div":
         return x / s
     if variant == "mul_rcp_scale":
         return x * (np.float32(1) / s)
+    if variant == "mul_448_div_amax":
+        return x * (FP8_MAX * hopper_rcp(amax))
     return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
 
 
 def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", scale_formula="div448",
                               scale_fmt="fp32"):
-    """Per row and `group_size` columns: s = max(amax, eps)/448, q = e4m3fn(clamp(x/s, ±448)) (sem §2.2);
+    """Per row and `group_size` columns: s = max(amax, eps)/448, q = e4m3fn(clamp(x/s, ±448)) (docs/semantics.md §2.1);
     ue8m0: s -> 2^e by ue8m0_ceil, q = e4m3fn(x·2^-e) exact. [M, K] -> (q uint8 [M, K], s float32 [M, K/g]).
     amax ignores NaN; NaN -> NaN code; ±Inf makes s Inf and the group's codes NaN or zero."""
     x = _fp32_values(x, "x")
@@ -112,11 +116,16 @@ def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", sc
     return q.reshape(x.shape), s
 
 
-def weight_block_quant(w, block=128, *, eps=1e-10):
+def weight_block_quant(w, block=128, *, eps=1e-10, variant="div", scale_formula="div448", scale_fmt="fp32"):
     """DeepSeek weight quantization: per block×block tile of the last two dims s = max(amax, eps)/448 and
-    q = e4m3fn(clamp(w/s, ±448)); partial last tiles have a scale too (sem §3). [..., N, K] ->
-    (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8."""
+    q = e4m3fn(clamp(w/s, ±448)); partial last tiles have a scale too (docs/semantics.md §3). [..., N, K] ->
+    (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8; variant,
+    scale_formula and scale_fmt (ue8m0: s rounded up to a power of two, w/s exact) as there."""
     w = _fp32_values(w, "w")
+    for name, value, allowed in (("variant", variant, QUANT_VARIANTS), ("scale_formula", scale_formula,
+                                 SCALE_FORMULAS), ("scale_fmt", scale_fmt, SCALE_FMTS)):
+        if value not in allowed:
+            raise ValueError(f"{name}={value!r} is not one of {allowed}")
     if w.ndim < 2:
         raise ValueError(f"w must be [..., N, K], got shape {w.shape}")
     *lead, n, k = w.shape
@@ -124,13 +133,17 @@ def weight_block_quant(w, block=128, *, eps=1e-10):
     padded = np.zeros((*lead, nb * block, kb * block), np.float32)  # zeros never raise a tile's amax
     padded[..., :n, :k] = w
     tiles = padded.reshape(*lead, nb, block, kb, block)
-    s = _amax(tiles, axis=(-3, -1), floor=eps) / FP8_MAX
-    q = encode(np.clip(tiles / s[..., :, None, :, None], -FP8_MAX, FP8_MAX), E4M3FN)
+    amax = _amax(tiles, axis=(-3, -1), floor=eps)
+    s = amax / FP8_MAX if scale_formula == "div448" else amax * RCP448
+    if scale_fmt == "ue8m0":
+        s, variant = decode(ue8m0_ceil(s), E8M0), "div"  # a power of two: w/s is exact
+    per_tile = (slice(None),) * len(lead) + (slice(None), None, slice(None), None)
+    q = encode(np.clip(_scaled(tiles, s[per_tile], amax[per_tile], variant), -FP8_MAX, FP8_MAX), E4M3FN)
     return q.reshape(padded.shape)[..., :n, :k], s
 
 
 def weight_dequant(q, s, block=128):
-    """W[..., n, k] = e4m3fn(q[..., n, k]) · s[..., n // b, k // b], one fp32 multiply (sem §3)."""
+    """W[..., n, k] = e4m3fn(q[..., n, k]) · s[..., n // b, k // b], one fp32 multiply (docs/semantics.md §3)."""
     q = _codes(q, "q")
     s = _fp32_values(s, "s")
     *lead, n, k = q.shape
@@ -140,14 +153,16 @@ def weight_dequant(q, s, block=128):
     return E4M3_VALUES[q] * per_element
 
 
-def w13_block_quant(gate, up, *, half_order="gate_up", block=128):
-    """w13 from its halves, each block-quantized on its own (sem §3): gate, up [..., I, H] -> (q uint8
-    [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate")."""
+def w13_block_quant(gate, up, *, half_order="gate_up", block=128, **quantizer):
+    """w13 from its halves, each block-quantized on its own (docs/semantics.md §3): gate, up [..., I, H] -> (q uint8
+    [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate"); `quantizer`:
+    weight_block_quant's keywords."""
     if half_order not in HALF_ORDERS:
         raise ValueError(f"half_order={half_order!r} is not one of {HALF_ORDERS}")
     if np.shape(gate) != np.shape(up):
         raise ValueError(f"gate {np.shape(gate)} and up {np.shape(up)} must have the same shape")
-    halves = [weight_block_quant(h, block) for h in ((gate, up) if half_order == "gate_up" else (up, gate))]
+    ordered = (gate, up) if half_order == "gate_up" else (up, gate)
+    halves = [weight_block_quant(h, block, **quantizer) for h in ordered]
     return tuple(np.concatenate(parts, axis=-2) for parts in zip(*halves, strict=True))
 
 
@@ -318,7 +333,8 @@ def hopper_block_sums(aq, wq, block=128):
 
 
 def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
-    """C[m,n] = Σ_b a_s[m,b]·w_s[n//128,b]·P_b, P_b = Σ_{k in block b} a[m,k]·w[n,k] (sem §3); fp64: in fp64.
+    """C[m,n] = Σ_b a_s[m,b]·w_s[n//128,b]·P_b, P_b = Σ_{k in block b} a[m,k]·w[n,k] (docs/semantics.md §3);
+    fp64: in fp64.
     fp32: C = fl(C + fl(fl(fl(P_b)·a_s)·w_s)), b ascending; hopper_fp8: as fp32, P_b accumulated by
     hopper_fp8_step, 32 products at a time (the tensor core's e8m13 accumulator; fl(P_b) is then exact), computed
     by hopper_block_sums.

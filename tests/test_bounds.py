@@ -22,7 +22,7 @@ FP32_STORES = Recipe(name="fp32_stores", gemm1_out="fp32", act_out="fp32", exper
 
 
 def test_gamma_and_accumulation_coefficients():
-    """testing_anchors §6.3 table: fp32 γ_128 = 7.6e-6, γ_7168 = 4.3e-4; hopper adds γ_128(2^-13) = 1.6e-2."""
+    """docs/semantics.md §6: fp32 γ_128 = 7.6e-6, γ_7168 = 4.3e-4; hopper adds γ_128(2^-13) = 1.6e-2."""
     assert bounds.gamma(128, 2.0**-24) == pytest.approx(7.63e-6, rel=1e-3)
     assert bounds.gamma(7168, 2.0**-24) == pytest.approx(4.27e-4, rel=1e-2)
     assert bounds.gamma(2**24, 2.0**-24) == math.inf

@@ -18,6 +18,7 @@ from spec.numerics import E2M1, E4M3FN, E8M0, decode, round_to
 from spec.quant import (
     E4M3_VALUES,
     GROUP_SIZES,
+    MUFU_RCP_BF16_ULPS,
     RCP448,
     block_scaled_gemm,
     hopper_block_sums,
@@ -110,7 +111,7 @@ def test_div_variant_matches_torch(seed, m, group, groups, scale, dtype):
 
 def test_variants_differ_by_at_most_one_code_on_rare_elements():
     """bf16 randn·3, 256×7168: q across formulations differs by ≤ 1 code, same sign, on well under 1 % of
-    elements (sem §2.6 measured 0.047-0.084 %); fp32 scales differ by ≤ 1 ulp. Each pair must differ
+    elements (docs/semantics.md §2.2 measured 0.047-0.084 %); fp32 scales differ by ≤ 1 ulp. Each pair must differ
     somewhere, or the variant switch is dead."""
     x = randn_bf16(7, (256, 7168))
     q_ref, s_ref = per_token_group_quant_fp8(x)
@@ -123,6 +124,23 @@ def test_variants_differ_by_at_most_one_code_on_rare_elements():
     _, s_rcp = per_token_group_quant_fp8(x, scale_formula="mul_rcp448")
     ulps = np.abs(s_rcp.view(np.int32) - s_ref.view(np.int32))
     assert ulps.max() == 1 and 0.2 < (ulps == 1).mean() < 0.9
+
+
+def test_device_reciprocal_variant_differs_where_mufu_does():
+    """mul_448_div_amax is mul_rcp_amax with 1/amax taken from quant.hopper_rcp: bf16 amax whose significand has a
+    0 in MUFU_RCP_BF16_ULPS quantize identically; where MUFU.RCP is one ulp off, a code changes only when x·448/amax
+    sits on an e4m3 rounding midpoint (x = amax·j/256: one of the 20 such significands here)."""
+    m = np.arange(128)
+    amax = (1 + m / 128).astype(np.float32)  # every bf16 significand
+    x = (amax[:, None] * np.arange(1, 257) / 256).astype(np.float32)  # column 255 is amax itself
+    x = np.concatenate([x, np.zeros((128, 256), np.float32)], axis=1)  # 2 groups of 256
+    x = round_to(x, "bf16").astype(np.float32)
+    q_rn, s_rn = per_token_group_quant_fp8(x, 256, variant="mul_rcp_amax", scale_formula="mul_rcp448")
+    q_dev, s_dev = per_token_group_quant_fp8(x, 256, variant="mul_448_div_amax", scale_formula="mul_rcp448")
+    np.testing.assert_array_equal(s_dev, s_rn)
+    exact = np.array([c == "0" for c in MUFU_RCP_BF16_ULPS])
+    np.testing.assert_array_equal(q_dev[exact], q_rn[exact])
+    assert (q_dev[~exact] != q_rn[~exact]).any(axis=1).sum() >= 1
 
 
 def test_rejects_bad_input():
@@ -140,9 +158,10 @@ def test_rejects_bad_input():
 
 
 def _roundings(variant, scale_formula):
-    """fp32 roundings between x/s (s the returned scale) and the value handed to e4m3 rounding."""
-    if variant == "mul_rcp_amax":
-        return 3 + (1 if scale_formula == "div448" else 2)
+    """fp32 roundings between x/s (s the returned scale) and the value handed to e4m3 rounding; the device
+    reciprocal of mul_448_div_amax (within 1 ulp of the correctly rounded one) counts as one more."""
+    if variant in ("mul_rcp_amax", "mul_448_div_amax"):
+        return 3 + (1 if scale_formula == "div448" else 2) + (variant == "mul_448_div_amax")
     return {"div": 1, "mul_rcp_scale": 2}[variant]
 
 
@@ -222,7 +241,7 @@ def test_ue8m0_one_ulp_around_powers_of_two():
     np.testing.assert_array_equal(ue8m0_ceil_log2(p), k + 127)
     wrong = ue8m0_ceil_log2(above) != ue8m0_ceil(above)
     np.testing.assert_array_equal(wrong, (k >= 4) | (k <= -5))
-    assert decode(ue8m0_ceil(above[k == -20]), E8M0)[0] == 2.0**-19  # sem §2.3: 1.9e-6 vs 9.5e-7
+    assert decode(ue8m0_ceil(above[k == -20]), E8M0)[0] == 2.0**-19  # docs/semantics.md §2.3: 1.9e-6 vs 9.5e-7
     assert decode(ue8m0_ceil_log2(above[k == -20]), E8M0)[0] == 2.0**-20
 
 
@@ -295,7 +314,7 @@ def test_weight_dequant_rejects_wrong_scale_shape():
 
 @pytest.mark.parametrize("half_order", ["gate_up", "up_gate"])
 def test_w13_scales_are_two_separately_ceiled_halves(half_order):
-    """I = 192: w13 scales have 2·ceil(192/128) = 4 rows, not ceil(384/128) = 3 (sem §3)."""
+    """I = 192: w13 scales have 2·ceil(192/128) = 4 rows, not ceil(384/128) = 3 (docs/semantics.md §3)."""
     gate = randn_bf16(1, (2, 192, 256))
     up = randn_bf16(2, (2, 192, 256)) * 100
     q, s = w13_block_quant(gate, up, half_order=half_order)
@@ -527,7 +546,8 @@ def test_block_scaled_gemm_partial_k_block_and_errors():
 @pytest.mark.parametrize("acc", ["fp32", "hopper_fp8"])
 def test_block_scaled_gemm_deepseek_v3_size(acc):
     """K = 7168 (hidden), N = 4096 (2I): one expert's GEMM1 at DeepSeek-V3 size (M = 256 tokens; 16 for the
-    step-by-step hopper_fp8 emulation, whose [M, N, 32] products cost memory), within the §6.5 hard bounds."""
+    step-by-step hopper_fp8 emulation, whose [M, N, 32] products cost memory), within the hard bounds of
+    docs/comparisons.md."""
     m = 16 if acc == "hopper_fp8" else 256
     aq, a_s, wq, w_s, ref, abs_ab = gemm_case(21, m, 4096, 7168)
     err = np.abs(block_scaled_gemm(aq, a_s, wq, w_s, acc=acc) - ref)
