@@ -1,5 +1,5 @@
 """Small implementations with a known bug, loadable by reference (``difftest.bug_models:NAME``), so the tester
-can be shown to find, shrink and record real bug classes (shared/reference/known_bugs.md).
+can be shown to find, shrink and record real bug classes (difftest/known_bugs.py, fixtures/README.md).
 
 Each wraps the torch implementation and changes one thing.
 """

@@ -25,11 +25,12 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
-from . import fixtures, interface, strategies
+from . import fixtures, interface, pareto_keys, strategies
 from .case import DEV_KERNELS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
 from .check import run_case
 from .isolation import IsolatedRunner, pending, settle_pending
 
+pareto_keys.install()  # the same search, a third less Hypothesis bookkeeping (difftest/pareto_keys.py)
 REPLAY = "replay: python -m difftest replay {path}"
 # a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
 # JIT-build its kernel (minutes for a FlashInfer module on a cold cache)
@@ -347,8 +348,12 @@ def redis_reachable(url):
 
 
 def recipe_name(impl, case):
-    """The name of the recipe the case is compared under, or None (ideal only, or refused)."""
+    """The name of the recipe the case is compared under, or None (ideal only, or refused). recipe(case) is asked
+    only of a case the implementation runs: unsupported(case) first, as run_case does (an adapter's recipe_for may
+    have no recipe for a configuration it declines)."""
     try:
+        if case.op not in impl.ops or impl.unsupported(case):
+            return None
         recipe = impl.recipe(case)
     except CaseError:
         return None
@@ -404,6 +409,7 @@ def fuzz_cell(
     weight_seed=None,
     known=None,
     deadline=None,
+    pause=None,
 ):
     """Run Hypothesis over cases of `op` for `impl`. A failure is shrunk, written under fixtures_root (if
     given) and returned in CellResult.finding; record(row) sees every example (shrink steps included).
@@ -413,7 +419,8 @@ def fuzz_cell(
     already made: a failure with one of these signatures is counted in CellResult.known and the search goes
     on (neither targeted nor shrunk), and the signature of a new finding is added to it. Past ``deadline``
     (time.monotonic()) the next example ends the cell: with the smallest failure so far if there is one (a
-    finding, shrunk as far as the time allowed), else with what was counted so far."""
+    finding, shrunk as far as the time allowed), else with what was counted so far. Past ``pause`` (the end of a
+    turn of a timed campaign) the next example ends the cell unless a failure is in hand, which is shrunk on."""
     state = {"examples": 0, "compared": 0, "skips": Counter(), "last_failure": None, "first_crash": None,
              "known": Counter()}
     known = set() if known is None else known
@@ -430,8 +437,11 @@ def fuzz_cell(
     def check(case):
         if stop is not None and stop.is_set():
             raise Interrupted()
-        if deadline is not None and time.monotonic() > deadline:
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
             raise _Enough() if state["last_failure"] is not None else _Deadline()
+        if pause is not None and now > pause and state["last_failure"] is None:
+            raise _Deadline()
         result, kind, crash = run_classified(
             impl, case, repeat=state["examples"] % 16 == 0, runner=runners.get(impl, impl_ref))
         state["examples"] += 1
@@ -540,7 +550,7 @@ def _expected(impl, case):
 
     try:
         return impl_spec.expected(case, generate.inputs(case), impl.recipe(case))
-    except CaseError:
+    except (CaseError, ValueError):  # ValueError: the spec broke on the case (the finding is that error)
         return {}
 
 
@@ -571,27 +581,49 @@ def jsonl_recorder(path):
     return record
 
 
+TURNS_PER_OP = 6  # a timed campaign's turns per op at least: the last turn's overrun stays a small share
+MIN_TURN_S = 0.5
+TURN_EXAMPLES = 10_000  # a turn ends by time (fuzz_cell's pause), not by this many examples
+
+
 def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
-    """Fuzz cells round-robin until `deadline` (time.monotonic()), each turn about `slice_s` seconds of one
-    cell: the chunk size follows the cell's measured time per example, so slow ops (the layer) do not starve
-    fast ones. Each chunk is its own Hypothesis run with its own seed. Yields (cell, CellResult)."""
-    per_example, dead = {}, set()  # dead: cells whose filters no configuration meets
-    i = 0
+    """Fuzz cells until `deadline` (time.monotonic()) with the wall time split evenly across the ops of the run,
+    within an op evenly across its implementations, within an (implementation, op) round-robin over its slices:
+    each turn goes to the op that has had the least time so far, then to its implementation that has had the
+    least, so an op whose cases take milliseconds does not crowd out the layer whose cases take a second (with
+    three ops each gets a third of the time, less at most one turn). An (implementation, op)'s turns last its
+    share of the budget over max(TURNS_PER_OP, its slices), at most slice_s and at least MIN_TURN_S seconds, so a
+    short campaign still visits every slice: a turn ends at the first example past that mark, or later while a
+    failure found in it is shrunk. Each turn is its own Hypothesis run with its own seed.
+    Yields (cell, CellResult)."""
     stop = kwargs.get("stop")
-    while time.monotonic() < deadline and not (stop is not None and stop.is_set()) and len(dead) < len(cells):
-        if i % len(cells) in dead:
-            i += 1
-            continue
-        cell = cells[i % len(cells)]
-        impl, impl_ref, op, configs = cell
-        left = max(0.0, deadline - time.monotonic())
-        chunk = max(2, min(500, int(min(slice_s, left) / per_example.get(i % len(cells), slice_s / 10))))
+    ops = list(dict.fromkeys(cell[2] for cell in cells))
+    groups = Counter(cell[1:3] for cell in cells)  # (impl ref, op) -> slices
+    refs_of = Counter(op for _, op in groups)
+    budget = deadline - time.monotonic()
+    turn_s = {g: max(MIN_TURN_S, min(slice_s, budget / len(ops) / refs_of[g[1]] / max(TURNS_PER_OP, n)))
+              for g, n in groups.items()}
+    spent_op, spent_impl = dict.fromkeys(ops, 0.0), {}
+    turns = {}  # (impl ref, op) -> turns taken: the next slice in its round-robin
+    dead = set()  # cell indices whose filters no configuration meets
+    i = 0
+    while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+        live = [j for j in range(len(cells)) if j not in dead]
+        if not live:
+            return
+        op = min(dict.fromkeys(cells[j][2] for j in live), key=lambda o: spent_op[o])
+        refs = list(dict.fromkeys(cells[j][1] for j in live if cells[j][2] == op))
+        ref = min(refs, key=lambda r: spent_impl.get((r, op), 0.0))
+        mine = [j for j in live if cells[j][1:3] == (ref, op)]
+        j = mine[turns.get((ref, op), 0) % len(mine)]
+        turns[ref, op] = turns.get((ref, op), 0) + 1
+        impl, impl_ref, _, configs = cells[j]
         t0 = time.monotonic()
         res = fuzz_cell(
             impl,
             impl_ref,
             op,
-            hypothesis_settings=cli_settings(chunk, kwargs.get("db"), impl.name, kwargs.get("local_db")),
+            hypothesis_settings=cli_settings(TURN_EXAMPLES, kwargs.get("db"), impl.name, kwargs.get("local_db")),
             configs=configs,
             record=kwargs.get("record"),
             fixtures_root=kwargs.get("fixtures_root"),
@@ -602,9 +634,12 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             weight_seed=kwargs.get("weight_seed"),
             known=kwargs.get("known"),
             deadline=deadline,
+            pause=min(deadline, t0 + turn_s[impl_ref, op]),
         )
-        per_example[i % len(cells)] = (time.monotonic() - t0) / max(1, res.examples)
+        seconds = time.monotonic() - t0
+        spent_op[op] += seconds
+        spent_impl[ref, op] = spent_impl.get((ref, op), 0.0) + seconds
         if res.unsatisfiable:
-            dead.add(i % len(cells))
-        yield cell, res
+            dead.add(j)
+        yield cells[j], res
         i += 1

@@ -46,6 +46,17 @@ SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")
 # Fields added after fixtures existed: written only when they differ from these defaults, so every older
 # case serializes (and digests, and names its fixture) exactly as before.
 ROUTING_LATE_DEFAULTS = {"tile_tokens_dim": None, "local_expert_offset": 0, "local_num_experts": None}
+MOE_LATE_DEFAULTS = {"scale_fmt": "fp32", "expert_weights": "prepared"}
+SCALE_FMTS = ("fp32", "ue8m0")  # quant op; moe fp8_block (UE8M0: power-of-two scales)
+MX_RULES = ("ocp", "ceil448")
+HIDDEN_DTYPES = ("bf16", "fp16")
+HALF_ORDERS = ("gate_up", "up_gate")
+RSF_PLACEMENTS = ("routing", "combine")
+GROUP_MASK_VALUES = (-math.inf, 0.0)  # deepseek_v2: vLLM's -inf or SGLang grouped_topk_gpu's 0.0
+TILE_TOKENS = tuple(1 << i for i in range(MAX_TILE_TOKENS.bit_length()))  # powers of two up to MAX_TILE_TOKENS
+# The expert weights handed to a moe implementation: "prepared" in the quant path's own format (bf16 values, or
+# codes and scales), or unquantized bf16 / fp32 values that the implementation quantizes (and lays out) itself.
+EXPERT_WEIGHTS = ("prepared", "bf16", "fp32")
 
 
 class CaseError(ValueError):
@@ -106,6 +117,10 @@ class MoEConfig:
     local_num_experts: int | None = None
     rsf_placement: str = "routing"  # routing | combine
     router_weight_on_input: bool = False
+    # fp8_block only: "ue8m0" scales are powers of two (DeepGEMM, Blackwell FP8 MoE): the activations' and the
+    # re-quantized intermediate's per-token-group scales rounded up (quant.ue8m0_ceil), and the weights' block scales
+    scale_fmt: str = "fp32"
+    expert_weights: str = "prepared"  # EXPERT_WEIGHTS
 
     @property
     def gated(self):
@@ -132,6 +147,24 @@ class DevKernelConfig:
 
 
 CONFIGS = {"routing": RoutingConfig, "quant": QuantConfig, "moe": MoEConfig, "trtllm_ops": DevKernelConfig}
+
+# The configuration fields with few values, per op, and every value the check_* functions below accept for them
+# (sizes, counts, seeds and scaling factors are ranges, not listed). strategies.REACHABLE draws each of them
+# (tests/test_strategy_coverage.py).
+BOOLS = (False, True)
+ROUTING_DOMAINS = {"method": ROUTING_METHODS, "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES),
+                   "renormalize": BOOLS, "group_mask_value": GROUP_MASK_VALUES, "tile_tokens_dim": (None, *TILE_TOKENS)}
+FIELD_DOMAINS = {
+    "routing": ROUTING_DOMAINS,
+    "moe": {**{k: v for k, v in ROUTING_DOMAINS.items() if k != "tile_tokens_dim"}, "activation": ACTIVATIONS,
+            "half_order": HALF_ORDERS, "quant": QUANT_PATHS, "hidden_dtype": HIDDEN_DTYPES,
+            "rsf_placement": RSF_PLACEMENTS, "router_weight_on_input": BOOLS, "scale_fmt": SCALE_FMTS,
+            "expert_weights": EXPERT_WEIGHTS},
+    "quant": {"scheme": QUANT_SCHEMES, "input_dtype": QUANT_INPUT_DTYPES, "variant": QUANT_VARIANTS,
+              "scale_formula": SCALE_FORMULAS, "scale_fmt": SCALE_FMTS, "layout": SCALE_LAYOUTS, "mx_rule": MX_RULES},
+    "trtllm_ops": {"kernel": DEV_KERNELS, "dtype": DEV_DTYPES, "swiglu_controls": BOOLS, "weighted": BOOLS,
+                   "sf_layout": SF_LAYOUTS, "tile_tokens_dim": TILE_TOKENS},
+}
 
 
 def _require(ok, message):
@@ -177,7 +210,7 @@ def check_routing(c):
     _require(math.isfinite(c.eps) and c.eps >= 0, f"eps={c.eps} must be finite and >= 0")
     _require(c.num_fused_shared_experts >= 0, f"num_fused_shared_experts={c.num_fused_shared_experts} < 0")
     _require(
-        c.group_mask_value in (0.0, -math.inf), f"group_mask_value={c.group_mask_value} must be 0.0 or -inf"
+        c.group_mask_value in GROUP_MASK_VALUES, f"group_mask_value={c.group_mask_value} must be 0.0 or -inf"
     )
     tile = c.tile_tokens_dim
     _require(
@@ -214,14 +247,14 @@ def check_quant(c):
     _require(
         c.scale_formula in SCALE_FORMULAS, f"scale_formula {c.scale_formula!r} is not one of {SCALE_FORMULAS}"
     )
-    _require(c.scale_fmt in ("fp32", "ue8m0"), f"scale_fmt {c.scale_fmt!r} is not fp32|ue8m0")
+    _require(c.scale_fmt in SCALE_FMTS, f"scale_fmt {c.scale_fmt!r} is not fp32|ue8m0")
     _require(c.layout in SCALE_LAYOUTS, f"layout {c.layout!r} is not one of {SCALE_LAYOUTS}")
     _require(
         c.layout in (("row", "ue8m0_packed") if c.scale_fmt == "ue8m0" else ("row", "col", "col_tma")),
         f"layout {c.layout} with scale_fmt {c.scale_fmt}: ue8m0 scales are row-major fp32 or ue8m0_packed "
         "(SGLang asserts column-major ue8m0 is TMA-aligned packed), fp32 scales row, col or col_tma",
     )
-    _require(c.mx_rule in ("ocp", "ceil448"), f"mx_rule {c.mx_rule!r} is not ocp|ceil448")
+    _require(c.mx_rule in MX_RULES, f"mx_rule {c.mx_rule!r} is not ocp|ceil448")
 
 
 def check_moe(c):
@@ -231,14 +264,14 @@ def check_moe(c):
         c.hidden_size >= 1 and c.intermediate_size >= 1, "hidden_size and intermediate_size must be >= 1"
     )
     _require(c.activation in ACTIVATIONS, f"activation {c.activation!r} is not one of {ACTIVATIONS}")
-    _require(c.half_order in ("gate_up", "up_gate"), f"half_order {c.half_order!r} is not gate_up|up_gate")
+    _require(c.half_order in HALF_ORDERS, f"half_order {c.half_order!r} is not gate_up|up_gate")
     _require(c.quant in QUANT_PATHS, f"quant path {c.quant!r} is not one of {QUANT_PATHS}")
     block = {"bf16": 1, "fp8_block": 1, "mxfp8": 32, "nvfp4": 16}[c.quant]
     _require(
         c.hidden_size % block == 0 and c.intermediate_size % block == 0,
         f"quant {c.quant} needs hidden_size and intermediate_size multiples of {block}",
     )
-    _require(c.hidden_dtype in ("bf16", "fp16"), f"hidden_dtype {c.hidden_dtype!r} is not bf16|fp16")
+    _require(c.hidden_dtype in HIDDEN_DTYPES, f"hidden_dtype {c.hidden_dtype!r} is not bf16|fp16")
     E, local = c.routing.num_experts, c.local_num_experts
     _require(0 <= c.local_expert_offset < E, f"local_expert_offset={c.local_expert_offset} not in [0, {E})")
     _require(
@@ -247,7 +280,7 @@ def check_moe(c):
         f"{E - c.local_expert_offset}]",
     )
     _require(
-        c.rsf_placement in ("routing", "combine"), f"rsf_placement {c.rsf_placement!r} is not routing|combine"
+        c.rsf_placement in RSF_PLACEMENTS, f"rsf_placement {c.rsf_placement!r} is not routing|combine"
     )
     _require(
         not c.router_weight_on_input or (c.routing.top_k == 1 and c.rsf_placement == "routing"),
@@ -261,6 +294,12 @@ def check_moe(c):
         and c.routing.local_expert_offset == 0,
         "moe cases shard experts with MoEConfig.local_expert_offset / local_num_experts, not their routing's",
     )
+    _require(c.scale_fmt in SCALE_FMTS, f"scale_fmt {c.scale_fmt!r} is not one of {SCALE_FMTS}")
+    _require(c.scale_fmt == "fp32" or c.quant == "fp8_block",
+             f"scale_fmt {c.scale_fmt!r} needs quant fp8_block (the other paths' scales are their format's)")
+    _require(c.expert_weights in EXPERT_WEIGHTS, f"expert_weights {c.expert_weights!r} is not one of {EXPERT_WEIGHTS}")
+    _require(c.quant != "bf16" or c.expert_weights != "bf16",
+             "expert_weights 'bf16' on the bf16 path are its prepared weights: use 'prepared' (or 'fp32')")
 
 
 def check_dev_kernel(c):
@@ -337,8 +376,10 @@ def _is_seed(x):
 
 
 def _without_late_defaults(d):
-    """A config dict without the ROUTING_LATE_DEFAULTS fields that hold their defaults (nested routing too)."""
+    """A config dict without the ROUTING_LATE_DEFAULTS / MOE_LATE_DEFAULTS fields that hold their defaults (nested
+    routing too)."""
     if "routing" in d:
+        d = {k: v for k, v in d.items() if k not in MOE_LATE_DEFAULTS or v != MOE_LATE_DEFAULTS[k]}
         return {**d, "routing": _without_late_defaults(d["routing"])}
     if "method" not in d:
         return d

@@ -86,7 +86,7 @@ def _worker(w, args, out, deadline, queue, stop):
     # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
     # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
     signal.signal(signal.SIGTERM, _interrupt)
-    found, record = [], None
+    found, record, op_seconds = [], None, Counter()
     runners = campaign.Runners(out / "difftest-workers", args.timeout, args.first_timeout)
     try:
         cells = _cells(args.impl, args.op, args.model, args.where)
@@ -109,8 +109,10 @@ def _worker(w, args, out, deadline, queue, stop):
                     hypothesis_settings=campaign.cli_settings(args.max_examples, db, cell[0].name, local_db),
                     **common))
             )
-        unsatisfiable = set()
+        unsatisfiable, last = set(), time.monotonic()
         for (impl, _, op, configs), res in runs:
+            op_seconds[op] += time.monotonic() - last  # the wall time this cell's turn took, startup excluded
+            last = time.monotonic()
             if res.unsatisfiable:
                 unsatisfiable.add(id(configs))
             if res.finding:
@@ -118,14 +120,14 @@ def _worker(w, args, out, deadline, queue, stop):
                               "signature": list(res.signature)})
         if cells and len(unsatisfiable) == len(cells):
             raise Unsatisfiable()
-        queue.put((w, found, None))
+        queue.put((w, found, None, dict(op_seconds)))
     except campaign.Interrupted:
-        queue.put((w, found, None))
+        queue.put((w, found, None, dict(op_seconds)))
     except Unsatisfiable:
         queue.put((w, found, "no drawn configuration inside --where (and the implementation's space) meets "
-                             "the case constraints of difftest/case.py"))
+                             "the case constraints of difftest/case.py", dict(op_seconds)))
     except Exception as e:  # reported by the parent as one line
-        queue.put((w, found, f"{type(e).__name__}: {e}"))
+        queue.put((w, found, f"{type(e).__name__}: {e}", dict(op_seconds)))
     finally:
         runners.close()
         if record is not None:
@@ -144,7 +146,7 @@ def _count_lines(paths):
 
 
 def _row(line):
-    """A cases.jsonl row, or None for a line torn by a killed worker."""
+    """A case row (cases.jsonl.gz, cases-*.jsonl), or None for a line torn by a killed worker."""
     try:
         row = json.loads(line)
     except ValueError:
@@ -154,7 +156,7 @@ def _row(line):
 
 def this_run(out):
     """(cases, compared, Counter of skip reasons) of the rows in the workers' cases-*.jsonl, before the merge:
-    this run's alone, whatever earlier runs left in cases.jsonl."""
+    this run's alone, whatever earlier runs left in cases.jsonl.gz."""
     cases, skips = 0, Counter()
     for p in out.glob("cases-*.jsonl"):
         for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
@@ -198,12 +200,14 @@ def nothing_compared(cases, skips, limit):
 
 
 def summarize(out):
-    """Merge cases-*.jsonl into cases.jsonl (after the rows of earlier runs into the same directory; torn
-    lines dropped and counted) and count (format: difftest/rundir.md). The merged file replaces the old one
-    atomically before the parts are removed: a kill in between can duplicate rows, never lose them."""
-    merged = out / "cases.jsonl"
+    """Merge cases-*.jsonl into cases.jsonl.gz (after the rows of earlier runs into the same directory, from
+    a plain cases.jsonl too; torn lines dropped and counted) and count (format: difftest/rundir.md). The
+    merged file replaces the old one atomically before the parts are removed: a kill in between can
+    duplicate rows, never lose them."""
+    from . import rundir
+
     parts = sorted(out.glob("cases-*.jsonl"))
-    lines = merged.read_text(errors="replace").splitlines() if merged.exists() else []
+    lines = rundir.read_lines(out) if rundir.cases_file(out) else []
     for p in parts:
         lines += p.read_text(errors="replace").splitlines()
     rows, kept, torn = [], [], 0
@@ -214,7 +218,7 @@ def summarize(out):
             continue
         rows.append(row)
         kept.append(line + "\n")
-    atomic_write_text(merged, "".join(kept))
+    rundir.write_lines(out, kept)
     for p in parts:
         p.unlink()
     counts = {k: Counter() for k in ("op", "method", "activation", "quant", "dist", "impl")}
@@ -276,6 +280,17 @@ def cmd_fuzz(args):
         if args.model not in presets.PRESETS:
             raise UsageError(f"unknown model {args.model!r}; known: {', '.join(sorted(presets.PRESETS))}")
         presets.weight_seed(args.model)  # a bad DIFFTEST_WEIGHT_SEED: exit 2 before anything runs
+    args.known_signatures = set()
+    if args.known is not None:  # a directory of fixtures, read before the implementations load too
+        from .campaign import known_signatures
+
+        if not Path(args.known).is_dir():
+            raise UsageError(f"--known {args.known} must be a directory of fixtures")
+        try:
+            args.known_signatures = known_signatures(args.known)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # a case.json that is no fixture's
+            raise UsageError(f"--known {args.known}: a fixture's case.json is unreadable "
+                             f"({type(e).__name__}: {e})") from None
     args.impl = args.impl or _default_impls()
     args.op = args.op or list(OPS)
     for ref in args.impl:
@@ -285,13 +300,6 @@ def cmd_fuzz(args):
     if not _cells(args.impl, args.op, args.model, args.where):
         inside = f" inside --where {where.describe(args.where)}" if args.where else ""
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")
-    args.known_signatures = set()
-    if args.known is not None:
-        from .campaign import known_signatures
-
-        if not Path(args.known).is_dir():
-            raise UsageError(f"--known {args.known} must be a directory of fixtures")
-        args.known_signatures = known_signatures(args.known)
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     if args.db and campaign.is_redis(args.db):  # one warning line for the campaign, here or from one worker
@@ -301,6 +309,34 @@ def cmd_fuzz(args):
         campaign.warn_once_per(marker)
         campaign.redis_reachable(args.db)
     return run_campaign(args, out)
+
+
+def drawn_inside(args):
+    """summary.json's record of what the campaign drew from (the report greys the rest): --where, each
+    implementation's declared space, and whether the NaN/Inf distributions were on (--special)."""
+    from . import where
+
+    spaces = {}
+    for ref in args.impl:
+        impl = interface.load(ref)
+        if getattr(impl, "space", None) is not None:
+            spaces[impl.name] = where.to_json(where.from_space(impl.space, impl.name))
+    return {"where": where.to_json(args.where), "spaces": spaces, "special": bool(args.special)}
+
+
+def finding_lines(findings):
+    """The FINDING lines of the summary. Two workers may record the same finding (signature) before either
+    knows of the other's: it is printed once, the second fixture on one line under it."""
+    groups = {}  # this run's findings by signature, in order of first appearance; earlier ones each alone
+    for i, f in enumerate(findings):
+        key = ("earlier", i) if f["earlier"] else tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
+        groups.setdefault(key, []).append(f)
+    lines = []
+    for first, *again in groups.values():
+        earlier = ", earlier" if first["earlier"] else ""
+        lines.append(f"FINDING [{first['op']}, {first['impl']}, {first['kind']}{earlier}] {first['message']}")
+        lines += [f"  (the same finding, recorded by another worker too: {f['fixture']})" for f in again]
+    return lines
 
 
 def distinct_findings(findings, per_signature):
@@ -329,8 +365,8 @@ def _collect(procs, queue, stop, received, t0, budget, out):
     results, last, stopped_at, escalated = {}, time.monotonic(), None, 0
     while len(results) < len(procs):
         try:
-            w, found, error = queue.get(timeout=1.0)
-            results[w] = (found, error)
+            w, found, error, op_seconds = queue.get(timeout=1.0)
+            results[w] = (found, error, op_seconds)
         except Exception:  # queue.Empty (or a signal): print progress, escalate a stop, keep waiting
             if not any(p.is_alive() for p in procs) and queue.empty():
                 break
@@ -354,7 +390,7 @@ def _collect(procs, queue, stop, received, t0, budget, out):
     for w, p in enumerate(procs):
         p.join()
         if w not in results:  # died without a word (the OOM killer, our SIGKILL)
-            results[w] = ([], None if stop.is_set() else f"worker {w} exited with code {p.exitcode}")
+            results[w] = ([], None if stop.is_set() else f"worker {w} exited with code {p.exitcode}", {})
     return results
 
 
@@ -427,8 +463,9 @@ def run_campaign(args, out):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    errors = [e for _, e in results.values() if e]
-    findings = _findings([f for fs, _ in results.values() for f in fs], out)
+    errors = [e for _, e, _ in results.values() if e]
+    findings = _findings([f for fs, _, _ in results.values() for f in fs], out)
+    op_seconds = sum((Counter(secs) for _, _, secs in results.values()), Counter())
     ran, compared, skips = this_run(out)
     per_signature = failures_by_signature(out)
     biased, evidence = bias_cells(out)
@@ -450,7 +487,9 @@ def run_campaign(args, out):
             "bias_cells": evidence,
             "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
                                if sig in args.known_signatures],
+            **drawn_inside(args),
             "host": merge.host_info(),
+            "seconds_by_op": {op: round(secs, 1) for op, secs in sorted(op_seconds.items())},
         }
     )
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -461,9 +500,8 @@ def run_campaign(args, out):
         f"max passing error/bound {summary['max_ratio_passing']:.3g} (1.0 = exactly at the derived bound); "
         f"run directory {out}"
     )
-    for f in findings:
-        earlier = ", earlier" if f["earlier"] else ""
-        print(f"FINDING [{f['op']}, {f['impl']}, {f['kind']}{earlier}] {f['message']}")
+    for line in finding_lines(findings):
+        print(line)
     distinct = summary["distinct_findings"]
     if distinct:
         print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field):")
@@ -492,7 +530,7 @@ def _fixture_paths(paths):
         if (p / "case.json").is_file() or p.name == "case.json":
             out.append(p)
         elif p.is_dir():
-            found = fixtures.discover(p)
+            found = fixtures.discover(p) or fixtures.discover(p / "fixtures")  # a run directory: its findings
             if not found:  # replaying nothing is no pass
                 raise UsageError(f"no fixtures found in {p}")
             out.extend(found)
@@ -513,9 +551,9 @@ def replay_fixture(fx, impl_refs=None, timeout_s=None, first_timeout_s=None):
         now = generate.digest(impl_spec.expected(fx.case, fx.inputs, fx.recipe))
         if now != recorded_sha:
             rows.append(("spec", "spec-changed", "the spec's expected output differs from the recorded one"))
-    except CaseError as e:
+    except (CaseError, ValueError) as e:  # ValueError: not a precondition, the spec broke (impl_spec.refusals)
         if recorded_sha != generate.digest({}):  # recorded as refused by the spec: unchanged
-            rows.append(("spec", "spec-changed", f"the spec now refuses the case: {e}"))
+            rows.append(("spec", "spec-changed", f"the spec now refuses the case: {str(e).splitlines()[0]}"))
     refs = [fx.impl_ref] + [r for r in (impl_refs or interface.names()) if r != fx.impl_ref]
     with tempfile.TemporaryDirectory(prefix="difftest-replay-") as workdir:
         runners = campaign.Runners(workdir, timeout_s, first_timeout_s)
@@ -677,7 +715,10 @@ def _timeouts(p):
 
 
 def parser():
-    p = Parser(prog="python -m difftest", description=__doc__)
+    p = Parser(prog="python -m difftest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+               epilog=f"The main job: python -m difftest fuzz ({DEFAULT_BUDGET_S} s, spec vs torch on CPU and any "
+                      "available GPU implementation;\nrun directory runs/<timestamp>). Each command's options: "
+                      "python -m difftest COMMAND --help")
     sub = p.add_subparsers(dest="command")
     f = sub.add_parser(
         "fuzz", help="fuzz implementations against the spec (default: torch CPU + available GPUs)"
@@ -708,7 +749,8 @@ def parser():
     )
     _timeouts(f)
     r = sub.add_parser("replay", help="replay fixtures against every available implementation")
-    r.add_argument("paths", nargs="+", help="fixture directories, or directories of fixtures")
+    r.add_argument("paths", nargs="+", help="fixture directories, directories of fixtures, or run directories "
+                                            "(their fixtures/)")
     r.add_argument(
         "--impl", action="append", help="restrict to these implementations (plus the recorded one)"
     )
@@ -755,10 +797,10 @@ def main(argv=None):
         args = p.parse_args(argv)
     except SystemExit as e:  # argparse printed its one-line error (or the help, code 0)
         return 2 if e.code else 0
-    if args.command in ("fuzz", "replay"):  # replay reads them too
-        _finite(args.timeout, "--timeout", 0, False)
-        _finite(args.first_timeout, "--first-timeout", 0, False)
     try:
+        if args.command in ("fuzz", "replay"):  # replay reads them too
+            _finite(args.timeout, "--timeout", 0, False)
+            _finite(args.first_timeout, "--first-timeout", 0, False)
         return COMMANDS[args.command](args)
     except (UsageError, fixtures.FixtureError, interface.ImplError, CaseError, ReportError, OSError) as e:
         # OSError: an unreadable input or an unwritable run directory, named by the message

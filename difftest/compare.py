@@ -152,9 +152,15 @@ def keys64(config, inputs, recipe):
     elif method in SOFTMAX_KEYS:
         keys = _softmax64(x)
         dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
+        if used.exp == "ex2":  # fl(x − max) and 2^fl(z·fl(log2 e)): e^z off by 3|z|·u
+            with np.errstate(invalid="ignore"):
+                z = np.abs(x - x.max(axis=-1, keepdims=True))
+            dkey = dkey + 3 * U32 * np.where(np.isfinite(z), z, 0.0) * keys
     else:
         keys = _sigmoid64(x)
         dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
+        if used.exp == "ex2" and used.sigmoid == "expf":  # spec.routing.exp_exponents: σ off by 2|x|(1 − σ)·u
+            dkey = dkey + 2 * U32 * np.where(np.isfinite(x), np.abs(x), 0.0) * (1 - keys) * keys
         if used.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
             dkey = (U32 + u_s) * keys + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal
         if "bias" in inputs:
@@ -199,6 +205,33 @@ def _ideal_scores(config, inputs, ids):
     return s, spec_routing.renormalizes(method, config.renormalize)
 
 
+# The fp32 min normal, widened by the fast-math scores' relative error near it (2^fl(t) with |t| < 150 rounded
+# to 2^-17: 2^-17·ln 2 ≈ 5.3e-6, plus MUFU.EX2/RCP's few ulp): the ideal score may sit that far on the other side.
+FTZ_EDGE = FP32.min_normal * (1 + 2.0**-16)
+
+
+def flushed_to_nan(config, inputs, ids, recipe):
+    """[T] rows whose renormalized weights may be NaN under recipe.subnormals "flush": every selected score is
+    below the fp32 min normal, so FTZ may store each as 0 (fast-math σ = MUFU.RCP(1 + 2^t) flushes its subnormal
+    result: logits in (-88.7, -87.3]) and, with eps = 0, w = 0·rcp(0) = NaN (measured on the H200: SGLang's
+    moe_fused_gate, campaigns/h200/results.md "SGLang kernels (session 4, third call)")."""
+    if (recipe or impl_spec.DEFAULT).subnormals != "flush" or config.eps != 0.0:
+        return np.zeros(ids.shape[0], bool)
+    s, renorm = _ideal_scores(config, inputs, ids)
+    return renorm & (s < FTZ_EDGE).all(axis=-1)
+
+
+def shared_flushed(config, inputs, ids, recipe):
+    """[T] rows whose fused shared-expert weight may be 0 under recipe.subnormals "flush": its value before the
+    renormalizing division, Σ(selected scores)/rsf, is below the fp32 min normal, so FTZ may store it as 0 and
+    0/Σ·rsf = 0 (measured on the H200: SGLang's moe_fused_gate, as flushed_to_nan)."""
+    if (recipe or impl_spec.DEFAULT).subnormals != "flush":
+        return np.zeros(ids.shape[0], bool)
+    s, _ = _ideal_scores(config, inputs, ids)
+    rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
+    return s.sum(axis=-1) / rsf < FTZ_EDGE
+
+
 def ideal_weights(config, inputs, ids):
     """float64 weights of the routed ids [T, k] by the method's formula (spec/routing.py docstrings)."""
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
@@ -226,13 +259,15 @@ def underflow_term(config, inputs, ids, recipe):
       the rsf multiply add η₀ each, rsf·η₀ and η₀ (scale_then_divide: its multiply's η₀ is divided by the
       denominator, added to the numerator term instead).
     * the write in recipe.routing_weights: half its subnormal spacing.
+    * recipe.subnormals "flush" (CUDA FTZ): any result below the fp32 min normal may be written as 0, so η₀
+      is 2^-126 at every step instead of half the subnormal spacing.
     * scores or renormalization in a narrower format (recipe.routing_scores, routing_renorm): that format's half
       subnormal spacing added to η_s, and replacing η₀ for the renormalization steps.
     Where D(1 − γ) ≤ k·η_s the fp32 denominator may be 0 (eps = 0: 0/0 = NaN) or any tiny value: the weights
     are not bounded by the ideal at all (anything in [0, rsf], or NaN); those tokens are `degenerate` and are
     held to the recipe at their own ids instead."""
     recipe = recipe or impl_spec.DEFAULT
-    eta = FP32.min_subnormal / 2
+    eta = FP32.min_subnormal / 2 if recipe.subnormals == "keep" else FP32.min_normal  # flush: below 2^-126 → 0
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
     method, k = config.method, ids.shape[1]
     if method == "topk":
@@ -240,7 +275,7 @@ def underflow_term(config, inputs, ids, recipe):
     elif method in SOFTMAX_KEYS or method == "renormalize":
         eta_s = 2 * eta
     else:
-        eta_s = eta if recipe.sigmoid == "exact" else 2.0**-127
+        eta_s = eta if recipe.sigmoid == "exact" else max(eta, 2.0**-127)
     eta_s += as_format(recipe.routing_scores).min_subnormal / 2 if recipe.routing_scores != "fp32" else 0.0
     eta = max(eta, as_format(recipe.routing_renorm).min_subnormal / 2)  # each renorm step's absolute error
     write = as_format(recipe.routing_weights).min_subnormal / 2
@@ -270,6 +305,9 @@ def weight_bound(config, recipe, w, vs_ideal=False, inputs=None, ids=None):
         s, renorm = _ideal_scores(config, inputs, ids)
         score_sum = s.sum(axis=-1, keepdims=True) + config.eps if renorm else None
     exps = None if ids is None else spec_routing.softmax_exponents(inputs["logits"], config.method, ids)
+    if ids is not None and recipe.exp == "ex2":  # fast-math __expf: rounded arguments (spec.routing.exp_exponents)
+        extra = spec_routing.exp_exponents(inputs["logits"], config.method, ids, config.renormalize, recipe.sigmoid)
+        exps = exps if extra is None else extra + (0.0 if exps is None else exps)
     e = bounds.routing_weights(w, recipe, config.num_experts, config.top_k, score_sum, rsf, softmax_exponents=exps)
     return e.hard + e.ideal if vs_ideal else e.hard
 
@@ -334,14 +372,21 @@ def _valid_selection(t, ids, keys, gkeys, delta, gdelta, config):
             f"larger one is rejected beyond 2δ={2 * delta[t]:.2g} (e.g. {hit[1]:.9g} selected, {hit[0]:.9g} not)")
 
 
-def check_ids(config, inputs, ids, recipe, tag, spec=None):
-    """(Verdict, spec Routing, same [T]): every token's ids the spec's set or a valid one (module docstring)."""
+def check_ids(config, inputs, ids, recipe, tag, spec=None, tie_rule=None):
+    """(Verdict, spec Routing, same [T]): every token's ids the spec's set or a valid one (module docstring), and
+    ordered among bit-identical keys as `tie_rule` (default: the recipe's; no recipe: unspecified) declares."""
     k = config.top_k
     spec = spec if spec is not None else impl_spec.route(config, inputs, recipe)
     keys, gkeys, delta, gdelta = keys64(config, inputs, recipe)
     same = (np.sort(ids[:, :k], axis=1) == np.sort(spec.ids[:, :k], axis=1)).all(axis=1)
-    for t in np.flatnonzero(~same):
-        reason = _valid_selection(t, ids[t, :k], keys, gkeys, delta, gdelta, config)
+    rule = tie_rule or (recipe.tie_rule if recipe is not None else "unspecified")
+    # the spec's own selection follows the lower-index rule: only a token that differs from it can break that rule
+    tokens = np.flatnonzero(~same | (rule == "higher_index"))
+    classes = key_classes(config, inputs, recipe) if rule != "unspecified" and tokens.size else None
+    for t in tokens:
+        reason = None if same[t] else _valid_selection(t, ids[t, :k], keys, gkeys, delta, gdelta, config)
+        if reason is None and classes is not None:
+            reason = tie_violation(t, ids[t, :k], classes[t], keys, delta, config, recipe, "bias" in inputs, rule)
         if reason:
             return (
                 Verdict(False, np.inf, f"ids[{t}]={sorted(ids[t, :k].tolist())} but spec="
@@ -350,6 +395,92 @@ def check_ids(config, inputs, ids, recipe, tag, spec=None):
                 same,
             )
     return PASS._replace(near_ties=int((~same).sum())), spec, same
+
+
+# ---- the declared tie rule among bit-identical keys
+
+
+def key_classes(config, inputs, recipe):
+    """int64 [T, E]: experts of one token share a class iff their routing inputs are bit-identical (the logit's
+    float32 bits, and the bias' as the recipe reads it), so that every implementation computes bit-identical keys
+    for them, by the same arithmetic on the same bits; -1 for a NaN logit (never a tie). Inputs that merely round
+    to equal keys (an underflowing softmax, a sigmoid saturating at 1) are not classed together: another correct
+    implementation may compute them apart."""
+    x = np.ascontiguousarray(inputs["logits"], np.float32)
+    bits = x.view(np.uint32).astype(np.int64)
+    if "bias" in inputs and config.method not in RAW_KEYS + SOFTMAX_KEYS:
+        b = np.asarray(inputs["bias"], np.float32)
+        if recipe is not None and recipe.bias != "fp32":
+            b = round_to(b, recipe.bias).astype(np.float32)
+        bits = (bits << 32) | np.ascontiguousarray(b).view(np.uint32).astype(np.int64)[None, :]
+    _, classes = np.unique(bits, return_inverse=True)
+    return np.where(np.isnan(x), -1, classes.reshape(x.shape))
+
+
+def _ranks_first(a, b, rule):
+    """Under a declared tie rule, does index a come before index b (a != b)?"""
+    return a < b if rule == "lower_index" else a > b
+
+
+def _score_inputs(keys, classes, m, tol):
+    """The sorted classes of the m experts whose keys make a group score (top-2 sum: m = 2; max: 1), if every
+    top-m an implementation within tol/2 of the float64 keys can take has those classes; else None."""
+    n = len(keys)
+    if m > n or np.isnan(keys).any() or (classes < 0).any():
+        return None
+    beats = above(keys[:, None], keys[None, :], tol)
+    must = np.flatnonzero(beats.sum(axis=1) >= n - m)
+    maybe = np.setdiff1d(np.flatnonzero(beats.sum(axis=0) < m), must)
+    extra = m - len(must)
+    if extra and len(set(classes[maybe].tolist())) != 1:
+        return None
+    return tuple(sorted(classes[must].tolist() + [int(classes[maybe[0]])] * extra)) if extra else tuple(
+        sorted(classes[must].tolist()))
+
+
+def tie_violation(t, ids, classes, keys, delta, config, recipe, biased, rule):
+    """None, or why token t's valid selection `ids` breaks the declared tie rule among bit-identical keys.
+
+    Experts: i selected and j rejected with bit-identical inputs (key_classes) hold bit-identical keys wherever
+    both are unmasked, so the rule must have put i first. Both are unmasked when they share a group, or when j's
+    group holds a selected expert and every selected key lies more than δ above the mask value (then no selected
+    expert is a masked one, so every group holding one was kept). Groups: a kept group (holding a selected expert,
+    same condition) and a dropped one whose scores come from bit-identical inputs (_score_inputs: the same classes
+    however an implementation within δ orders each group) tie exactly, so the rule must have kept the first. A
+    group is known dropped when it holds no selected expert but an expert that would have been selected before a
+    selected one had the group been kept (a key above it by more than 2δ, or an identical one the rule puts
+    first). `classes`: token t's key_classes."""
+    E, G = config.num_experts, config.n_group
+    chosen = np.zeros(E, bool)
+    chosen[ids] = True
+    group = np.arange(E) // (E // G)
+    sel_keys = keys[t][ids]
+    unmasked = G == 1 or bool(np.all(np.isfinite(sel_keys) & (sel_keys > mask_value(config) + delta[t])))
+    kept = np.zeros(G, bool)
+    kept[group[ids]] = True
+    word = "lower" if rule == "lower_index" else "higher"
+    for i in ids.tolist():
+        for j in np.flatnonzero(~chosen & (classes == classes[i]) & (classes >= 0)).tolist():
+            if (group[i] == group[j] or (unmasked and kept[group[j]])) and not _ranks_first(i, j, rule):
+                return (f"experts {i} and {j} have bit-identical routing inputs, {i} selected over {j}, but the "
+                        f"recipe declares ties to the {word} index ({rule})")
+    if G == 1 or not unmasked:
+        return None
+    m = 2 if group_rule(config, recipe, biased) == "top2_sum" and E // G > 1 else 1
+    tol = 2 * delta[t]
+    grouped_keys, grouped_classes = keys[t].reshape(G, E // G), classes.reshape(G, E // G)
+    score = [_score_inputs(grouped_keys[g], grouped_classes[g], m, tol) for g in range(G)]
+    for b in np.flatnonzero(~kept).tolist():
+        members = np.flatnonzero(group == b)
+        dropped = any(above(keys[t][j], keys[t][i], tol) or (classes[j] == classes[i] >= 0 and _ranks_first(j, i, rule))
+                      for j in members.tolist() for i in ids.tolist())
+        if not dropped or score[b] is None:
+            continue
+        for a in np.flatnonzero(kept).tolist():
+            if score[a] == score[b] and not _ranks_first(a, b, rule):
+                return (f"groups {a} and {b} have bit-identical scores (from bit-identical inputs), {a} kept over "
+                        f"{b}, but the recipe declares ties to the {word} index ({rule})")
+    return None
 
 
 PERMUTATION_KEYS = ("total_num_padded_tokens", "expanded_idx_to_permuted_idx", "permuted_idx_to_token_idx",
@@ -394,6 +525,7 @@ def compare_routing(case, inputs, out, recipe, tag):
     absolute, degenerate = underflow_term(c, sub, ids_s, recipe)
     absolute = np.where(degenerate[:, None], 0.0, 2 * absolute)
     bound = weight_bound(c, recipe, w_s, inputs=sub, ids=ids_s) + absolute
+    w_i = np.where(flushed_to_nan(c, sub, ids_s, recipe)[:, None] & np.isnan(w_i), w_s, w_i)
     verdicts = [v, bounded_rows("weights(by id)", w_i, w_s, bound, tag)]
     differ = np.flatnonzero(~same)
     if differ.size:  # near ties decided differently: weights against the float64 ideal at the own ids
@@ -434,15 +566,13 @@ def compare_routing(case, inputs, out, recipe, tag):
                 np.inf,
                 f"shared expert ids {ids[:, k:].tolist()[:1]} but spec={shared_ids.tolist()} [{tag}]",
             )
-        verdicts.append(
-            elementwise(
-                "weights[:, shared]",
-                w[:, k:],
-                spec.weights[:, k:],
-                weight_bound(c, recipe, spec.weights[:, k:]),
-                tag,
-            )
-        )
+        want = spec.weights[:, k:].copy()
+        if differ.size:  # Σ(routed weights)/rsf at the implementation's own ids, where those are another valid set
+            sub = {"logits": inputs["logits"][differ], **({"bias": inputs["bias"]} if "bias" in inputs else {})}
+            own = ids[differ, :k].astype(np.int64)
+            want[differ] = impl_spec.route(ungrouped(c), sub, recipe, ids=own).weights[:, k:]
+        got = np.where(shared_flushed(c, inputs, ids[:, :k], recipe)[:, None] & (w[:, k:] == 0), want, w[:, k:])
+        verdicts.append(elementwise("weights[:, shared]", got, want, weight_bound(c, recipe, want), tag))
     if c.tile_tokens_dim is not None:
         verdicts.append(compare_permutation(c, ids, out, tag))
     return worst(*verdicts)
@@ -452,8 +582,14 @@ def compare_routing(case, inputs, out, recipe, tag):
 
 
 def _bits(a):
+    """The bit patterns to compare: uint8 codes as they are, integer words (packed UE8M0 scales) as unsigned
+    integers of their width (never through float32, which cannot hold a 32-bit word), values as fp32 bits."""
     a = np.asarray(a)
-    return a.view(np.uint8) if a.dtype == np.uint8 else np.ascontiguousarray(a, np.float32).view(np.uint32)
+    if a.dtype == np.uint8:
+        return a
+    if a.dtype.kind in "iu":
+        return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}")
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _bit_exact(name, got, want, tag):
@@ -509,8 +645,9 @@ def compare_quant(case, inputs, out, recipe, tag):
 
 def compare_moe(case, inputs, out, recipe, tag):
     """Layer output element-wise against the recipe-exact spec with the spec's hard bound; with exposed ids
-    the spec recomputes with the implementation's ids (after checking them), else tokens whose routing is not
-    robust are excluded and counted. Also the recipe-vs-ideal check of the spec result itself."""
+    the spec recomputes with the implementation's ids (after checking them, the declared tie rule included; the
+    tokens decided as near ties are counted in the verdict), else tokens whose routing is not robust are excluded
+    and counted. Also the recipe-vs-ideal check of the spec result itself."""
     c = case.config
     T, H, k = c.routing.num_tokens, c.hidden_size, c.routing.top_k
     got = np.asarray(out["out"])
@@ -518,11 +655,13 @@ def compare_moe(case, inputs, out, recipe, tag):
         return Verdict(False, np.inf, f"out has shape {got.shape} but expected ({T}, {H}) [{tag}]")
     used = recipe or impl_spec.DEFAULT
     keep = np.ones(T, bool)
-    ids = out.get("ids")
+    ids, near_ties = out.get("ids"), 0
     if ids is not None:
-        v, _, _ = check_ids(c.routing, inputs, np.asarray(ids), used, tag)
+        rule = recipe.tie_rule if recipe is not None else "unspecified"
+        v, _, _ = check_ids(c.routing, inputs, np.asarray(ids), used, tag, tie_rule=rule)
         if not v.ok:
             return v
+        near_ties = v.near_ties
         spec = layer_at(case, inputs, used, np.asarray(ids)[:, :k])
     else:
         spec = impl_spec.layer(case, inputs, used)
@@ -544,7 +683,9 @@ def compare_moe(case, inputs, out, recipe, tag):
         pairs = tuple((int(t), int(d[t])) for t in np.flatnonzero(d))
         e = bias.case_evidence(d)
         v_bias = Verdict(False, v.ratio, f"{e.describe()} [{tag}]") if e.rejects() else PASS
-    return worst(v, *v_ideal, v_weights, v_bias)._replace(excluded=int((~keep).sum()), bias=pairs)
+    return worst(v, *v_ideal, v_weights, v_bias)._replace(
+        excluded=int((~keep).sum()), near_ties=near_ties, bias=pairs
+    )
 
 
 def moe_routing(c):
@@ -694,7 +835,7 @@ def compare_trtllm_ops(case, inputs, out, recipe, tag):
         acc = trtllm_ops.finalize_deepseek_fp8(x, scale, e2p, w)
         terms = trtllm_ops.finalize_deepseek_fp8(np.abs(x), scale, e2p, np.abs(w))
         delta = bounds.fp32_accumulation(terms, c.top_k)
-        return _requant_deepseek_fp8(out, acc, delta, np.ones(acc.shape[0], bool), tag, 0.0, c.dtype)
+        return _requant_deepseek_fp8(out, acc, delta, np.ones(acc.shape[0], bool), tag, dtype=c.dtype)
     if c.kernel == "finalize":
         x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs.get("expert_weights")
         v = trtllm_ops.finalize(x, e2p, w, c.hidden_size)

@@ -350,6 +350,10 @@ def load(path):
     observed = meta["observed"]
     if not isinstance(observed, dict) or observed.get("status") not in ("fail", "error"):
         _fail(path, "observed must be an object whose status is fail or error")
+    try:  # what write() can store again: strict JSON (a non-finite ratio is stored as null)
+        json.dumps(observed, allow_nan=False)
+    except ValueError:
+        _fail(path, "observed holds a non-finite number (NaN or Infinity)")
     kind = meta.get("kind", kind_of(observed))  # fixtures written before kinds existed: derived
     if not isinstance(kind, str) or kind not in KINDS:
         _fail(path, f"kind {kind!r} is not one of {KINDS}")
@@ -374,6 +378,9 @@ def load(path):
     inputs = _load_npz(path, "inputs.npz", generated) if spec_in.get("file") else generated
     if generate.digest(inputs) != spec_in["sha256"]:
         _fail(path, "inputs do not match their recorded SHA-256")
+    if inputs is not generated and generate.digest(generated) != spec_in["sha256"]:
+        _fail(path, "the case does not regenerate its recorded inputs (seed or configuration edited, or generator "
+                    "drift)")
     if case.op == "moe" and (not isinstance(meta["weights"], dict)
                              or meta["weights"].get("sha256") != weights_digest(case)):
         _fail(path, "regenerated expert weights do not match their recorded SHA-256 (generator drift)")

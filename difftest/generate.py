@@ -185,27 +185,39 @@ def _fp8_codes(seed, name, shape, e):
 
 
 def _bf16_weight(seed, name, shape, e, fan_in):
-    return round_bf16(normal(seed, name, shape, e) / np.sqrt(float(fan_in)))
+    return _unquantized_weight(seed, name, shape, e, fan_in, "bf16")
 
 
 @functools.lru_cache(maxsize=512)  # the spec (recipe and ideal) and the implementation read the same experts
-def expert_weights(seed, quant, e, N1, H, I):
-    """The per-expert dict of spec/layer.py's table for expert e (w13 [N1, H], w2 [H, I]), read-only."""
-    out = _expert_weights(seed, quant, e, N1, H, I)
+def expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"):
+    """The per-expert dict of spec/layer.py's table for expert e (w13 [N1, H], w2 [H, I]), read-only; `given`
+    bf16 / fp32 (MoEConfig.expert_weights): the unquantized values instead, {w13, w2} float32."""
+    out = _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given)
     for a in out.values():
         a.flags.writeable = False
     return out
 
 
-def _expert_weights(seed, quant, e, N1, H, I):
+def _unquantized_weight(seed, name, shape, e, fan_in, dtype):
+    """Expert weights before any quantization: N(0, 1/fan_in) on the grid of `dtype` (bf16 or fp32)."""
+    return round_to_dtype(normal(seed, name, shape, e) / np.sqrt(float(fan_in)), dtype)
+
+
+def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"):
+    if given != "prepared":  # the bf16 path's prepared weights are these bf16 values
+        return {"w13": _unquantized_weight(seed, "w13", (N1, H), e, H, given),
+                "w2": _unquantized_weight(seed, "w2", (H, I), e, I, given)}
     if quant == "bf16":
         return {"w13": _bf16_weight(seed, "w13", (N1, H), e, H), "w2": _bf16_weight(seed, "w2", (H, I), e, I)}
     out = {}
     for name, (n, k) in (("w13", (N1, H)), ("w2", (H, I))):
-        if quant == "fp8_block":  # gated w13: each half has its own ceil(I/128) scale rows (sem §3)
+        if quant == "fp8_block":  # gated w13: each half has its own ceil(I/128) scale rows (docs/semantics.md §3)
             rows = 2 * -(-I // 128) if name == "w13" and N1 == 2 * I else -(-n // 128)
             sh = (rows, -(-k // 128))
-            scale = (1.0 + uniform(seed, name + "_scale", sh, e)) * 2.0 ** -(6 + k.bit_length() // 2)
+            if scale_fmt == "ue8m0":  # powers of two, 2^-(6 + bits(k)/2) or half of it
+                scale = 2.0 ** -(6 + k.bit_length() // 2 + integers(seed, name + "_scale", sh, 2, e))
+            else:
+                scale = (1.0 + uniform(seed, name + "_scale", sh, e)) * 2.0 ** -(6 + k.bit_length() // 2)
             out[name], out[name + "_scale"] = _fp8_codes(seed, name, (n, k), e), scale.astype(np.float32)
         elif quant == "mxfp8":
             out[name] = _fp8_codes(seed, name, (n, k), e)
@@ -224,7 +236,8 @@ def _expert_weights(seed, quant, e, N1, H, I):
 
 
 class GeneratedWeights(NamedTuple):
-    """ExpertWeights generated on demand: ``expert(e)`` is a pure function of (seed, quant, e, shapes)."""
+    """ExpertWeights generated on demand: ``expert(e)`` is a pure function of (seed, quant, e, shapes, scale
+    format, given form)."""
 
     seed: int
     quant: str
@@ -232,27 +245,30 @@ class GeneratedWeights(NamedTuple):
     N1: int
     H: int
     I: int
+    scale_fmt: str = "fp32"  # MoEConfig.scale_fmt
+    given: str = "prepared"  # MoEConfig.expert_weights
 
     def expert(self, e):
         if not 0 <= e < self.num_experts:
             raise IndexError(f"expert {e} not in [0, {self.num_experts})")
-        return expert_weights(self.seed, self.quant, e, self.N1, self.H, self.I)
+        return expert_weights(self.seed, self.quant, e, self.N1, self.H, self.I, self.scale_fmt, self.given)
 
     def stacked(self):
         """dict of read-only [E, ...] arrays (for implementations that take all experts at once): the same
         objects while the weights stay the same, see stacked_weights."""
-        return stacked_weights(self.seed, self.quant, self.num_experts, self.N1, self.H, self.I)
+        return stacked_weights(self.seed, self.quant, self.num_experts, self.N1, self.H, self.I, self.scale_fmt,
+                               self.given)
 
 
 # One entry: the mono_moe adapter uploads its weights again unless it gets the very same arrays (checked with
 # `is`), and one set of all 256 mono-moe experts is 768 MiB and 15 s or more of generation on one core.
 @functools.lru_cache(maxsize=1)
-def stacked_weights(seed, quant, E, N1, H, I):
+def stacked_weights(seed, quant, E, N1, H, I, scale_fmt="fp32", given="prepared"):
     """Every expert's arrays stacked [E, ...], read-only. Written in place from _expert_weights rather than
     np.stack over expert_weights: that would keep a second full copy in expert_weights' cache."""
     out = {}
     for e in range(E):
-        for k, a in _expert_weights(seed, quant, e, N1, H, I).items():
+        for k, a in _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given).items():
             if k not in out:
                 out[k] = np.empty((E, *a.shape), a.dtype)
             out[k][e] = a
@@ -265,7 +281,8 @@ def weights(case):
     c = case.config
     N1 = 2 * c.intermediate_size if c.gated else c.intermediate_size
     seed = case.seed if case.weight_seed is None else case.weight_seed
-    return GeneratedWeights(seed, c.quant, c.routing.num_experts, N1, c.hidden_size, c.intermediate_size)
+    return GeneratedWeights(seed, c.quant, c.routing.num_experts, N1, c.hidden_size, c.intermediate_size,
+                            c.scale_fmt, c.expert_weights)
 
 
 # ---- the case's inputs

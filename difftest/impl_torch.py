@@ -49,11 +49,21 @@ def recipe_cuda(case):
     return r.but(name=r.name.replace("torch_eager_", "torch_eager_cuda_"), subnormals="flush")
 
 
-def expert_tensors(source, quant, device="cpu"):
-    """An ExpertWeights source (numpy) as the torch layer's callable e -> dict of tensors on `device`."""
+def expert_tensors(source, quant, device="cpu", *, given="prepared", gated=False, scale_fmt="fp32"):
+    """An ExpertWeights source (numpy) as the torch layer's callable e -> dict of tensors on `device`. Unquantized
+    weights (`given` bf16 / fp32, MoEConfig.expert_weights) are prepared by te.quantize_expert_weights."""
     fp8 = FP8_KEYS.get(quant, ())
 
+    def prepare(e):
+        raw = source.expert(e)
+        w13, w2 = (torch.from_numpy(np.array(raw[k])).to(device=device, dtype=DTYPES[given])[None]
+                   for k in ("w13", "w2"))
+        out = te.quantize_expert_weights(w13, w2, quant, gated=gated, scale_ue8m0=scale_fmt == "ue8m0")
+        return {k: v[0] for k, v in out.items()}
+
     def expert(e):
+        if given != "prepared":
+            return prepare(e)
         out = {}
         for k, v in source.expert(e).items():
             t = torch.from_numpy(np.array(v)).to(device)  # a writable copy of the cached, read-only expert
@@ -123,7 +133,8 @@ def _moe(case, inputs, device):
         tensor(inputs["hidden"], c.hidden_dtype, device),
         tensor(inputs["logits"], c.routing.logits_dtype, device),
         None if bias is None else tensor(bias, c.routing.bias_dtype, device),
-        expert_tensors(generated_weights(case), c.quant, device),
+        expert_tensors(generated_weights(case), c.quant, device, given=c.expert_weights, gated=c.gated,
+                       scale_fmt=c.scale_fmt),
         routing=routing,
         **layer_kwargs(c),
     )
@@ -175,6 +186,8 @@ RUN = {"routing": _route, "quant": _quant, "moe": _moe, "trtllm_ops": _trtllm_op
 def unsupported(case):
     if case.op == "quant" and case.config.scheme == "nvfp4" and case.dist == "nonfinite":
         return "nvfp4: e2m1 has no NaN"
+    if case.op == "quant" and case.config.variant not in te.quant.QUANT_VARIANTS:
+        return f"variant {case.config.variant!r}: a device reciprocal (MUFU.RCP) that torch does not model"
     if case.op == "moe" and case.config.quant in ("fp8_block", "mxfp8", "nvfp4"):
         block = te.layer.BLOCK[case.config.quant]
         if case.config.hidden_size % block or case.config.intermediate_size % block:

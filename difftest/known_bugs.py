@@ -1,4 +1,4 @@
-"""Bug models and reproduction cases for the public MoE bugs K1-K15 (shared/reference/known_bugs.md).
+"""Bug models and reproduction cases for fifteen public MoE bugs, K1-K15 (each BUGS entry names its report).
 
 The buggy kernels cannot run here, so each bug gets a model: the torch implementation with the one thing the
 report names changed (a glue mistake, or a kernel-internal mechanism emulated in torch), loadable by reference
@@ -307,7 +307,7 @@ K15 = _model("K15_scale_floor_before_ue8m0", ("quant",), _k15_run)
 
 
 class KnownBug(NamedTuple):
-    key: str  # K1..K15 of known_bugs.md
+    key: str  # K1..K15
     checks: str  # what the fixture checks, one line
     case: Case
     model: str  # attribute of this module

@@ -5,8 +5,9 @@ Each case row gains `host` (its run's host label); rows identical in content (ho
 merged twice) are kept once. Fixtures are deduplicated by the digest of their files: the same fixture from two
 hosts is one directory listing both; two fixtures of one name but different content (another device, another
 observed message) both stay, the second named `<name>-<digest[:12]>`. DIR/merge.json keeps the provenance:
-each run's source, host and summary, each fixture's digest and hosts. A run directory without cases.jsonl (a
-summary and fixtures only) contributes its summary and fixtures.
+each run's source, host and summary, each fixture's digest and hosts. A run directory without case rows (a
+summary and fixtures only) contributes its summary and fixtures. Case rows are read compressed
+(cases.jsonl.gz) or plain (cases.jsonl, older runs) and written compressed.
 """
 
 import hashlib
@@ -18,8 +19,9 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+from . import rundir
 from .isolation import atomic_write_text
-from .report import ReportError, read_run
+from .report import NO_CASES, ReportError, read_run
 
 HOST_FILE = "host.json"  # beside summary.json, for runs recorded before summary.json had a "host"
 
@@ -76,16 +78,17 @@ def _rows(run_dir):
     try:
         rows, summary, notes = read_run(run_dir)
     except ReportError as e:
-        if "no cases.jsonl" not in str(e):
+        if NO_CASES not in str(e):
             raise
         summary_path = Path(run_dir) / "summary.json"
         if not summary_path.is_file():
-            raise ReportError(f"{run_dir}: neither cases.jsonl nor summary.json (not a run directory)") from None
+            raise ReportError(f"{run_dir}: neither case rows (cases.jsonl.gz) nor summary.json (not a run "
+                              "directory)") from None
         try:
             summary = json.loads(summary_path.read_text())
         except ValueError as e:
             raise ReportError(f"{summary_path}: not valid JSON ({e})") from None
-        rows, notes = [], ["no cases.jsonl: summary only"]
+        rows, notes = [], [f"{NO_CASES}: summary only"]
     return rows, summary, notes
 
 
@@ -94,7 +97,7 @@ def merge(run_dirs, out):
     from .cli import summarize
 
     out = Path(out)
-    if (out / "cases.jsonl").exists() or (out / "summary.json").exists():
+    if rundir.cases_file(out) is not None or (out / "summary.json").exists():
         raise ReportError(f"--out {out} holds a run directory already; merge into a new directory")
     loaded = []
     for run_dir in map(Path, run_dirs):  # every input read before anything is written: a bad one writes nothing
@@ -129,7 +132,7 @@ def merge(run_dirs, out):
                                                             "ops", "model", "seed", "interrupted")},
                      "findings": len(summary.get("findings") or [])})
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "cases.jsonl", "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
+    rundir.write_lines(out, [json.dumps(r, allow_nan=False) + "\n" for r in rows])
     merged = summarize(out)
     merged.update(_run_fields(runs, rows))
     merged["findings"] = findings

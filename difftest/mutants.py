@@ -67,12 +67,19 @@ class Mutant(NamedTuple):
     module: str | None  # impls/torch_eager/<module>.py; None: the unpatched copy
     old: str
     new: str
-    models: str  # the real bug (known_bugs.md id and / or PR) this seeds
+    models: str  # the real bug (K1-K15 id of difftest/known_bugs.py and / or PR) this seeds
     doc: str  # what the change does
     focus: tuple = ()  # (keyword, value) pairs of the strategies for the branch the patch sits in
+    also: tuple = ()  # further (module, old, new) replacements of the same mutant (a declaration that goes with it)
+    cls: str = "semantic"  # CLASSES: what kind of bug it seeds (the self-test reports each class on its own)
+    needs: str = ""  # the tester work that kills it, where today's tester cannot: its survival is expected, reported
 
 
 M = Mutant
+# semantic: a public bug's mechanism, a wrong formula or layout (difftest/known_bugs.py); subtle: a numeric slip of
+# our own design that only a derived bound sees (a rounding mode, a reduced-precision scale or accumulator, an
+# off-by-one group or block extent, a store narrower than declared); tie: a tie order other than the declared one.
+CLASSES = ("semantic", "subtle", "tie")
 CATALOGUE = (
     # ---- routing.py
     M(
@@ -88,7 +95,7 @@ CATALOGUE = (
         "routing",
         "group_mask(c, top2_sum(c, n_group),",
         "group_mask(c, c.unflatten(1, (n_group, -1)).amax(-1),",
-        "DeepSeek-V2 group rule used for V3 (moe_semantics)",
+        "DeepSeek-V2 group rule used for V3 (docs/semantics.md §1.2)",
         "DeepSeek-V3 group score = group max instead of the sum of the top 2",
         (("method", "deepseek_v3"),),
     ),
@@ -163,7 +170,7 @@ CATALOGUE = (
         "routing",
         'if method == "renormalize":',
         'if method in ("renormalize", "default"):',
-        "RoutingMethodType Default vs Renormalize confusion (flashinfer_api.md §1.8)",
+        "RoutingMethodType Default vs Renormalize confusion (docs/semantics.md §1.1)",
         "default routing takes the softmax over the k selected logits instead of over all E",
     ),
     M(
@@ -171,7 +178,7 @@ CATALOGUE = (
         "routing",
         "shared_w = ordered_sum(w) / divisor",
         "shared_w = torch.ones_like(w[..., 0])",
-        "fused shared-expert convention (moe_semantics: weight = sum / rsf)",
+        "fused shared-expert convention (docs/semantics.md §1.5: weight = sum / rsf)",
         "fused shared experts get weight 1",
     ),
     M(
@@ -318,21 +325,106 @@ CATALOGUE = (
     M(
         "requant_skipped",
         "layer",
-        'y = gemm(quantize_rows(a, quant), weight_operand(ew, "w2", quant), quant)',
-        'y = gemm(a.float() if quant in ("mxfp8", "nvfp4") else quantize_rows(a, quant), '
+        'y = gemm(quantize_rows(a, quant, scale_ue8m0), weight_operand(ew, "w2", quant), quant)',
+        'y = gemm(a.float() if quant in ("mxfp8", "nvfp4") else quantize_rows(a, quant, scale_ue8m0), '
         'weight_operand(ew, "w2", quant), quant)',
         "recipe mismatch (requant_intermediate declared; no public bug id)",
         "mxfp8 / nvfp4 GEMM2 reads the bf16 intermediate without re-quantizing it",
     ),
 )
-EQUIVALENT = (
+TIE_HIGHER = ("routing", "return descending_order(keys)[..., :k]",
+              "return (keys.shape[-1] - 1 - descending_order(keys.flip(-1)))[..., :k]")
+TIE_DECLARED = 'tie_rule="lower_index"'
+CATALOGUE += (
     M(
         "tie_higher_index",
-        "routing",
-        "return descending_order(keys)[..., :k]",
-        "return (keys.shape[-1] - 1 - descending_order(keys.flip(-1)))[..., :k]",
+        *TIE_HIGHER,
+        "vllm PRs #55514 / #54403 / #52679 (torch.topk tie order); serving stacks mixing kernels",
+        "equal keys (and group scores) go to the higher index while the recipe declares the lower index",
+        cls="tie",
+    ),
+)
+FP8 = (("quant", "fp8_block"),)
+OWN = "own design: "
+# Killed only by a test this file's tester lacks yet: the worst-case bound charges every product at full size, while
+# a truncating accumulator's errors all push one way at ~K/2·u; issue 21 item 2's statistical bias check sees that.
+BIAS_CHECK = "issue 21 item 2: a statistical bias check (every error within the worst-case bound, all of one sign)"
+CATALOGUE += tuple(M(*fields[:8], cls="subtle", needs=(fields[8:] or ("",))[0]) for fields in (
+    ("fp8_block_partials_bf16", "layer",
+     "terms = torch.bmm(a, w) * a_s.t().unsqueeze(-1) * ws.unsqueeze(1)  # [KB, n, N]",
+     "terms = (torch.bmm(a, w) * a_s.t().unsqueeze(-1) * ws.unsqueeze(1)).to(torch.bfloat16).float()",
+     OWN + "reduced-precision accumulator", "fp8_block GEMM: each K block's scaled partial sum kept in bf16", FP8),
+    ("gemm1_out_truncated", "layer", "h = h.to(torch.bfloat16)",
+     "h = (h.contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)",
+     OWN + "rounding mode", "GEMM1's fp32 output stored in bf16 by truncation (round toward zero) instead of RNE"),
+    ("activation_in_bf16", "layer", "a = act(h.float(), activation, half_order).to(torch.bfloat16)",
+     "a = act(h, activation, half_order).to(torch.bfloat16)",
+     OWN + "narrower intermediate", "activation (and gate·up) evaluated in bf16 while the recipe declares fp32"),
+    ("router_weight_bf16", "layer", "y = y * w.unsqueeze(1)", "y = y * w.to(torch.bfloat16).float().unsqueeze(1)",
+     OWN + "narrower store", "router weights rounded to bf16 before GEMM2's epilogue (declared fp32)"),
+    ("combine_in_bf16", "layer", "acc = torch.zeros(T, H, dtype=torch.float32, device=hidden.device)",
+     "acc = torch.zeros(T, H, dtype=torch.bfloat16, device=hidden.device)",
+     OWN + "reduced-precision accumulator", "the weighted sum over a token's experts accumulated in bf16 (declared "
+     "fp32)", (), (("layer", "acc.index_add_(0, tok, y.float())", "acc.index_add_(0, tok, y)"),)),
+    ("weight_scale_rows_off_by_one", "layer", "ws = w_s.repeat_interleave(128, dim=0)[:N].t()",
+     "ws = torch.cat([w_s, w_s[-1:]]).repeat_interleave(128, dim=0)[1:N + 1].t()",
+     OWN + "off-by-one block extent", "fp8_block weight scale rows: the last row of each 128-row block reads the "
+     "next block's scale", FP8),
+    ("act_ue8m0_ignored", "layer", "return Q.per_token_group_quant_fp8(x, 128, scale_ue8m0=scale_ue8m0)",
+     "return Q.per_token_group_quant_fp8(x, 128)",
+     OWN + "scale format", "UE8M0 requested (DeepGEMM-style moe): activations quantized with fp32 scales", FP8),
+    ("mxfp8_weights_ocp_rule", "layer", 'out[name], out[name + "_scale"] = Q.mxfp8_quant(t, rule="ceil448")',
+     'out[name], out[name + "_scale"] = Q.mxfp8_quant(t, rule="ocp")',
+     OWN + "weight preparation", "unquantized weights prepared with the OCP MX scale rule, the recipe declares "
+     "ceil448", (("quant", "mxfp8"),)),
+    ("e4m3_via_bf16", "quant", "return v.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)",
+     "return v.clamp(-FP8_MAX, FP8_MAX).to(torch.bfloat16).to(torch.float8_e4m3fn)",
+     OWN + "double rounding", "fp32 -> e4m3 through bf16: a narrower store first, so ties round twice"),
+    ("fp8_scale_bf16", "quant", "return amax / fp32(FP8_MAX, amax)",
+     "return (amax / fp32(FP8_MAX, amax)).to(torch.bfloat16).float()",
+     OWN + "reduced-precision scale", "per-token-group scale amax/448 rounded to bf16"),
+    ("group_amax_skips_last", "quant", "amax = abs_amax(xg, -1).clamp_min(eps)",
+     "amax = abs_amax(xg[..., :-1], -1).clamp_min(eps)",
+     OWN + "off-by-one group extent", "per-token-group amax over the group's first g - 1 elements"),
+    ("weight_prep_scale_bf16", "quant", "    s = amax / fp32(FP8_MAX, amax)\n    if scale_ue8m0:",
+     "    s = (amax / fp32(FP8_MAX, amax)).to(torch.bfloat16).float()\n    if scale_ue8m0:",
+     OWN + "weight preparation, reduced-precision scale", "unquantized fp8_block weights: block scales rounded to "
+     "bf16", FP8),
+    ("renorm_sum_bf16", "routing", "denom = (ordered_sum(w) + eps).unsqueeze(-1)",
+     "denom = (ordered_sum(w).to(torch.bfloat16).float() + eps).unsqueeze(-1)",
+     OWN + "reduced-precision accumulator", "renormalizing sum of the selected weights rounded to bf16"),
+    ("fp32_accumulator_truncates", "layer", "def gemm(a, w, quant):",
+     "def _truncating_mm(a, w):\n"
+     "    acc = torch.zeros(a.shape[0], w.shape[0], dtype=torch.float64, device=a.device)\n"
+     "    for k in range(a.shape[1]):\n"
+     "        exact = acc + a[:, k:k + 1].double() * w[:, k].double()\n"
+     "        near = exact.float().double()\n"
+     "        acc = torch.where(near.abs() > exact.abs(), torch.nextafter(near.float(), torch.zeros_like(near.float()))"
+     ".double(), near)\n"
+     "    return acc.float()\n\n\ndef gemm(a, w, quant):",
+     OWN + "rounding mode (issue 21's example)", "bf16-path GEMMs accumulate in fp32 rounding toward zero at every "
+     "addition, a systematic bias", (("quant", "bf16"),),
+     (("layer", "    return a @ w.t()\n", "    return _truncating_mm(a, w)\n"),), BIAS_CHECK),
+    ("group_top2_sum_bf16", "routing",
+     "return top2[..., 0] + top2[..., 1] if top2.shape[-1] == 2 else top2[..., 0]",
+     "return (top2[..., 0] + top2[..., 1]).to(torch.bfloat16).float() if top2.shape[-1] == 2 else top2[..., 0]",
+     OWN + "narrower store", "DeepSeek-V3 group scores (top-2 sums) rounded to bf16 before ranking the groups",
+     (("method", "deepseek_v3"),)),
+))
+EQUIVALENT = (
+    M(
+        "tie_higher_index_declared",
+        *TIE_HIGHER,
         "vllm PRs #55514 / #54403 / #52679 (torch.topk tie order)",
-        "equal keys go to the higher expert index: a valid selection, which the tie-aware check must accept",
+        "equal keys go to the higher index and the recipe says so: a valid selection by its declared rule",
+        also=(("recipe", TIE_DECLARED, TIE_DECLARED.replace("lower_index", "higher_index")),),
+    ),
+    M(
+        "tie_higher_index_unspecified",
+        *TIE_HIGHER,
+        "vllm PRs #55514 / #54403 / #52679 (torch.topk tie order)",
+        "equal keys go to the higher index and the recipe promises no tie order: any valid selection passes",
+        also=(("recipe", TIE_DECLARED, TIE_DECLARED.replace("lower_index", "unspecified")),),
     ),
 )
 _RZ_MATMUL = '''    return truncating_matmul(a, w)
@@ -424,10 +516,14 @@ def torch_eager_copy(mutant):
     spec = importlib.util.spec_from_file_location(pkg, init, submodule_search_locations=[str(TORCH_EAGER)])
     package = importlib.util.module_from_spec(spec)
     sys.modules[pkg] = package
-    if mutant.module is not None:
-        path = TORCH_EAGER / f"{mutant.module}.py"
-        patched = patch(path.read_text(), mutant.old, mutant.new, f"{mutant.name}: {path.name}")
-        setattr(package, mutant.module, _exec_module(f"{pkg}.{mutant.module}", path, patched))
+    edits = {}
+    for module, old, new in ((mutant.module, mutant.old, mutant.new), *mutant.also):
+        if module is not None:
+            path = TORCH_EAGER / f"{module}.py"
+            source = edits.get(module, path.read_text())
+            edits[module] = patch(source, old, new, f"{mutant.name}: {path.name}")
+    for module, patched in edits.items():
+        setattr(package, module, _exec_module(f"{pkg}.{module}", TORCH_EAGER / f"{module}.py", patched))
     spec.loader.exec_module(package)  # the other modules import from disk as pkg.<module>
     return package
 
@@ -635,53 +731,81 @@ def _hunt_star(args):
 # ---- report
 
 
+def kind(m):
+    """A mutant's class, or what it is outside the catalogue (an equivalent, the identity)."""
+    return m.cls if m in CATALOGUE else "equivalent" if m in EQUIVALENT else m.name
+
+
 def row(k):
     """One table row of a Kill (a markdown line)."""
     m = MUTANTS[k.mutant]
     if not k.killed:
-        return f"| {k.mutant} | {m.models} | survived | {k.examples} | {k.seconds:.1f} | | |"
+        outcome = f"survived (expected: needs {m.needs})" if m.needs else "survived"
+        return f"| {k.mutant} | {kind(m)} | {m.models} | {outcome} | {k.examples} | {k.seconds:.1f} | | |"
     size = reproducer_size(k.case)
     dims = " ".join(
         f"{d[0].upper()}={size[d]}" for d in ("tokens", "experts", "hidden") if size[d] is not None
     )
-    cells = (k.mutant, m.models, k.op, k.examples, f"{k.seconds:.1f}", dims, size["input_elements"])
+    cells = (k.mutant, kind(m), m.models, k.op, k.examples, f"{k.seconds:.1f}", dims, size["input_elements"])
     return "| " + " | ".join(map(str, cells)) + " |"
 
 
+def _kill_stats(killed):
+    """Time-to-kill and reproducer size statistics of killed mutants ({} for none)."""
+    if not killed:
+        return {}
+    secs, exs = [k.seconds for k in killed], [k.examples for k in killed]
+    sizes = [reproducer_size(k.case) for k in killed]
+    return {
+        "median_seconds": statistics.median(secs),
+        "max_seconds": max(secs),
+        "median_examples": statistics.median(exs),
+        "max_examples": max(exs),
+        "median_input_elements": statistics.median(s["input_elements"] for s in sizes),
+        "median_tokens": statistics.median(s["tokens"] for s in sizes),
+    }
+
+
 def summary(kills):
-    """Kill rate over the catalogue, time-to-kill and reproducer size statistics, equivalents' outcome."""
-    cat = [k for k in kills if k.mutant in {m.name for m in CATALOGUE}]
+    """Kill rate over the catalogue, time-to-kill and reproducer size statistics (overall and per class), the
+    equivalents' outcome. A survivor marked ``needs`` is an expected survivor, listed apart: the tester work it
+    names is what kills it."""
+    names = {m.name for m in CATALOGUE}
+    cat = [k for k in kills if k.mutant in names]
     killed = [k for k in cat if k.killed]
     out = {
         "catalogue": len(cat),
         "killed": len(killed),
-        "survivors": [k.mutant for k in cat if not k.killed],
-        "equivalent_flagged": [
-            k.mutant for k in kills if k.mutant not in {m.name for m in CATALOGUE} and k.killed
-        ],
+        "survivors": [k.mutant for k in cat if not k.killed and not MUTANTS[k.mutant].needs],
+        "expected_survivors": {k.mutant: MUTANTS[k.mutant].needs for k in cat
+                               if not k.killed and MUTANTS[k.mutant].needs},
+        "equivalent_flagged": [k.mutant for k in kills if k.mutant not in names and k.killed],
+        **_kill_stats(killed),
+        "classes": {},
     }
-    if killed:
-        secs = [k.seconds for k in killed]
-        exs = [k.examples for k in killed]
-        sizes = [reproducer_size(k.case) for k in killed]
-        out.update(
-            {
-                "median_seconds": statistics.median(secs),
-                "max_seconds": max(secs),
-                "median_examples": statistics.median(exs),
-                "max_examples": max(exs),
-                "median_input_elements": statistics.median(s["input_elements"] for s in sizes),
-                "median_tokens": statistics.median(s["tokens"] for s in sizes),
-            }
-        )
+    for cls in CLASSES:
+        mine = [k for k in cat if MUTANTS[k.mutant].cls == cls]
+        if mine:
+            done = [k for k in mine if k.killed]
+            out["classes"][cls] = {"catalogue": len(mine), "killed": len(done), **_kill_stats(done)}
     return out
+
+
+def class_table(s):
+    """Kill rate and time to kill per class (markdown)."""
+    head = ["| class | killed | median s to kill | max s to kill | median examples | max examples |",
+            "|---|---|---|---|---|---|"]
+    rows = [f"| {cls} | {c['killed']} of {c['catalogue']} | {c.get('median_seconds', float('nan')):.2f} | "
+            f"{c.get('max_seconds', float('nan')):.1f} | {c.get('median_examples', float('nan')):g} | "
+            f"{c.get('max_examples', float('nan')):g} |" for cls, c in s["classes"].items()]
+    return "\n".join(head + rows)
 
 
 def table(kills):
     head = [
-        "| mutant | models | killed by | examples to kill | seconds to kill | shrunk reproducer"
+        "| mutant | class | models | killed by | examples to kill | seconds to kill | shrunk reproducer"
         " | input elements |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     return "\n".join(head + [row(k) for k in kills])
 
@@ -705,7 +829,8 @@ def main(argv=None):
         return 2 if e.code else 0
     if args.list:
         for m in CATALOGUE + EQUIVALENT:
-            print(f"{m.name:34s} {m.module:8s} {m.models}\n{'':43s} {m.doc}")
+            needs = f" (expected to survive: needs {m.needs})" if m.needs else ""
+            print(f"{m.name:34s} {m.module:8s} {kind(m):10s} {m.models}\n{'':54s} {m.doc}{needs}")
         return 0
     names = args.mutant or [m.name for m in CATALOGUE + EQUIVALENT]
     unknown = [n for n in names if n not in MUTANTS]
@@ -738,6 +863,7 @@ def main(argv=None):
                 print(row(k), flush=True)
     s = summary(kills)
     print("\n" + table(kills) + "\n")
+    print(class_table(s) + "\n")
     print(json.dumps(s, indent=1))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,7 @@ PRESETS = {
         False,
         HF.format("deepseek-ai/DeepSeek-R1"),
     ),
-    # The MTP draft layer (num_nextn_predict_layers = 1) is unquantized BF16 (moe_semantics.md §5.4).
+    # The MTP draft layer (num_nextn_predict_layers = 1) is unquantized BF16 (docs/semantics.md §5.5).
     "deepseek-v3-mtp": Preset(
         "deepseek_v3",
         256,
@@ -109,7 +109,7 @@ PRESETS = {
         False,
         HF.format("zai-org/GLM-4.5"),
     ),
-    # GLM-5.x: 256 experts, top-8, n_group 1, large biases (known_bugs.md K5).
+    # GLM-5.x: 256 experts, top-8, n_group 1, large biases (K5, difftest/known_bugs.py).
     "glm-5": Preset(
         "deepseek_v3",
         256,
@@ -378,3 +378,42 @@ def configs(name, op):
     if op == "moe":
         return _moe(p)
     return _quant(p) if p.quant in QUANT_SCHEME else None
+
+
+def space(name, op):
+    """{field: where.Constraint}: the values preset ``name`` draws for the fields it fixes or narrows, per op
+    (the report greys the values outside them instead of marking them never hit). An op the preset does not
+    run gets {}. tests/test_report.py draws from configs() and checks that nothing falls outside."""
+    from .where import Constraint
+
+    p = PRESETS[name]
+    if configs(name, op) is None:
+        return {}
+
+    def one(*values):
+        return Constraint(tuple(values))
+
+    if name == TRTLLM_GEN_ROUTING:
+        return {"method": one(*TRTLLM_GEN_METHODS), "num_experts": one(*sorted({e for e, _, _ in TRTLLM_GEN_EXPERTS})),
+                "top_k": Constraint(None, 1, 8), "logits_dtype": one("fp32", "bf16"),
+                "num_tokens": Constraint(None, 1, TRTLLM_GEN_MAX_TOKENS), "tile_tokens_dim": one(8, 16, 32, 64, 128)}
+    routing = {"method": one(p.method), "num_experts": one(p.num_experts), "top_k": one(p.top_k),
+               "logits_dtype": one("fp32", "bf16"), "bias_dtype": one("fp32", "bf16") if p.biased else one(None)}
+    if name == MONO_MOE:
+        routing.update(method=one(*MONO_METHODS), top_k=Constraint(None, 1, p.top_k), logits_dtype=one("bf16"),
+                       num_tokens=Constraint(None, 0, MONO_MAX_TOKENS))
+    if op == "routing":
+        return {**routing, "tile_tokens_dim": one(None)}
+    if op == "moe":
+        block = BLOCK[p.quant]
+        H, I = _scaled(p.hidden_size, MODEL_HIDDEN, block), _scaled(p.intermediate_size, MODEL_INTERMEDIATE, block)
+        sizes = {"num_tokens": Constraint(None, 0, MODEL_MAX_TOKENS),
+                 "hidden_size": one(*sorted({H, max(block, H - block)})), "intermediate_size": one(I)}
+        if name == MONO_MOE:  # always at the kernel's real sizes
+            sizes = {"hidden_size": one(p.hidden_size), "intermediate_size": one(p.intermediate_size)}
+        return {**routing, **sizes, "activation": one(p.activation), "quant": one(p.quant),
+                "hidden_dtype": one("bf16"), "scale_fmt": one("fp32"), "expert_weights": one("prepared")}
+    scheme = QUANT_SCHEME[p.quant]
+    return {"scheme": one(scheme), "hidden_size": one(_scaled(p.hidden_size, MODEL_HIDDEN, BLOCK[p.quant])),
+            "input_dtype": one("bf16"), "variant": one("div"), "layout": one("row"),
+            "scale_fmt": one("fp32", "ue8m0") if scheme == "fp8_group" else one("fp32")}

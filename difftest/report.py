@@ -4,7 +4,8 @@ page, RUN_DIR/report.html, and the numbers it shows, RUN_DIR/report.json.
 Every number on the page, plots included, is read from report.json. Plots are PNGs drawn with matplotlib's Agg
 canvas (no pyplot state) and embedded as data: URIs; the page loads nothing from anywhere, so a run directory
 copied off a GPU machine renders and reads the same on a laptop. A campaign killed before it merged its
-cases-*.jsonl into cases.jsonl still renders from the parts.
+cases-*.jsonl into cases.jsonl.gz still renders from the parts; a run recorded before the rows were compressed
+(a plain cases.jsonl) renders too.
 """
 
 import argparse
@@ -21,12 +22,14 @@ import numpy as np
 
 from spec.recipes import QUANT_VARIANTS
 
+from . import rundir
 from .case import (
     ACTIVATIONS,
     BIAS_DTYPES,
     DEV_DTYPES,
     DEV_KERNELS,
     LOGIT_DTYPES,
+    MOE_LATE_DEFAULTS,
     OPS,
     QUANT_INPUT_DTYPES,
     QUANT_PATHS,
@@ -36,18 +39,25 @@ from .case import (
 )
 from .generate import DISTS
 from .isolation import atomic_write_text
+from .strategies import REACHABLE
 
 SCHEMA = 1
 TOP = 25  # worst cases listed
 SKIP_ROWS = 100  # skip reasons listed on the page (report.json keeps them all)
 STATUS_ORDER = ("pass", "fail", "error", "crash", "hang", "skip")  # others (future statuses) follow
 NOT_RECORDED = "not recorded"
+NO_CASES = "no cases.jsonl.gz (nor a plain cases.jsonl)"
 BINS_PER_DECADE = 4
+# The error/bound axis: below 1e-6 an element is as good as exact (a few ulps of a bound that is itself a few
+# ulps), above 1e4 a failure is a failure; beyond, cases go to the end bins and are counted apart.
+RATIO_AXIS = (1e-6, 1e4)
 # same op colour in all plots
 OP_COLORS = {"routing": "tab:blue", "quant": "tab:orange", "moe": "tab:green", "trtllm_ops": "tab:red"}
 
-# Coverage axes: (title, ops, configuration field, values the tester can draw). Values seen but not listed
-# here (a newer tester) are appended, so nothing hit is hidden; listed values never hit show as zero cells.
+# Coverage axes: (title, ops, configuration field, values difftest/strategies.py draws). Values seen but not
+# listed here (a newer tester, a --where filter) are appended, so nothing hit is hidden; listed values never
+# hit show as zero cells (red), or grey where the run's filters (--model, --where, a plug-in's space) excluded
+# them. tests/test_report.py draws from the strategies and fails if one draws a value outside these.
 ENUM_AXES = (
     ("routing method", ("routing", "moe"), "method", ROUTING_METHODS),
     ("logits dtype", ("routing", "moe"), "logits_dtype", LOGIT_DTYPES),
@@ -57,18 +67,20 @@ ENUM_AXES = (
     ("hidden dtype", ("moe",), "hidden_dtype", ("bf16", "fp16")),
     ("quant scheme", ("quant",), "scheme", QUANT_SCHEMES),
     ("input dtype", ("quant",), "input_dtype", QUANT_INPUT_DTYPES),
-    ("scale format", ("quant",), "scale_fmt", ("fp32", "ue8m0")),
+    ("scale format", ("quant", "moe"), "scale_fmt", ("fp32", "ue8m0")),
+    ("expert weights", ("moe",), "expert_weights", ("prepared", "bf16", "fp32")),
     ("scale layout", ("quant",), "layout", SCALE_LAYOUTS),
     ("quant variant", ("quant",), "variant", QUANT_VARIANTS),
     ("dev kernel", ("trtllm_ops",), "kernel", DEV_KERNELS),
     ("element dtype", ("trtllm_ops",), "dtype", DEV_DTYPES),
 )
-SHAPE_AXES = (  # (title, ops, configuration field, smallest valid value)
-    ("tokens", OPS, "num_tokens", 0),
+SHAPE_AXES = (  # (title, ops, configuration field, smallest value the strategies draw, per op)
+    ("tokens", OPS, "num_tokens", {"routing": 0, "quant": 0, "moe": 0, "trtllm_ops": 1}),
     ("experts", ("routing", "moe", "trtllm_ops"), "num_experts", 1),
     ("top_k", ("routing", "moe", "trtllm_ops"), "top_k", 1),
-    ("hidden size", ("quant", "moe", "trtllm_ops"), "hidden_size", 1),
-    ("intermediate size", ("moe",), "intermediate_size", 1),
+    # multiples of a quant group or block (>= 16) or of a dev kernel's vector width (>= 4)
+    ("hidden size", ("quant", "moe", "trtllm_ops"), "hidden_size", {"quant": 16, "moe": 16, "trtllm_ops": 4}),
+    ("intermediate size", ("moe",), "intermediate_size", 16),
 )
 SECTIONS = (
     ("totals", "Run"), ("hosts", "Hosts"), ("findings", "Findings"),
@@ -85,8 +97,9 @@ class ReportError(ValueError):
 # ---- reading the run directory
 
 def _read_jsonl(path, partial):
-    """Rows of one jsonl file; in a part file of a killed worker the last line may be torn and is dropped."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    """Rows of one jsonl file (gzipped or plain); in a part file of a killed worker the last line may be torn
+    and is dropped."""
+    lines = rundir.read_text(path).splitlines()
     rows = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -106,19 +119,20 @@ def _read_jsonl(path, partial):
 
 
 def read_run(run_dir):
-    """(rows of cases.jsonl, summary.json or {}, notes) of a run directory."""
+    """(rows of cases.jsonl.gz, or of a plain cases.jsonl of an older run; summary.json or {}; notes) of a run
+    directory."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ReportError(f"{run_dir}: no such run directory")
     notes = []
-    if (run_dir / "cases.jsonl").is_file():
-        rows = _read_jsonl(run_dir / "cases.jsonl", partial=False)
+    if rundir.cases_file(run_dir) is not None:
+        rows = _read_jsonl(rundir.cases_file(run_dir), partial=False)
     else:
         parts = sorted(run_dir.glob("cases-*.jsonl"))
         if not parts:
-            raise ReportError(f"{run_dir}: no cases.jsonl (not a difftest run directory)")
+            raise ReportError(f"{run_dir}: {NO_CASES} (not a difftest run directory)")
         rows = [r for p in parts for r in _read_jsonl(p, partial=True)]
-        notes.append(f"no cases.jsonl: read {len(parts)} worker part files (campaign unfinished or killed)")
+        notes.append(f"{NO_CASES}: read {len(parts)} worker part files (campaign unfinished or killed)")
     summary = {}
     if (run_dir / "summary.json").is_file():
         try:
@@ -151,11 +165,15 @@ def fixture_links(run_dir):
 # ---- the numbers (report.json)
 
 def _field(row, name):
-    """A configuration field of a row's case; moe cases keep the routing fields one level down."""
+    """A configuration field of a row's case; moe cases keep the routing fields one level down, and a field left
+    out at its default (case.py MOE_LATE_DEFAULTS) has that default."""
     config = row["case"]["config"]
     if name in config:
         return config[name]
-    return (config.get("routing") or {}).get(name)
+    routing = config.get("routing") or {}
+    if name in routing:
+        return routing[name]
+    return MOE_LATE_DEFAULTS.get(name) if "routing" in config else None
 
 
 def _recipe(row):
@@ -193,39 +211,98 @@ def _shape_bins(bottom, top):
     return bins
 
 
-def _axis(rows, impls, values, value_of, extra=None):
+def _axis(rows, impls, values, value_of, excluded, extra=None):
+    """Counts per value and implementation; zero cells the run could have drawn ("zero", red) and zero cells
+    its filters excluded ("excluded", grey: excluded(value, impl) is true)."""
     counts = {v: Counter() for v in values}
     for r in rows:
         v = value_of(r)
         counts.setdefault(v, Counter())[r["impl"]] += 1
     table = [[v] + [counts[v][i] for i in impls] for v in counts]
-    zero = [[v, i] for v, *c in table for i, n in zip(impls, c, strict=True) if n == 0]
-    out = {"impls": impls, "rows": table, "zero": zero}
+    empty = [[v, i] for v, *c in table for i, n in zip(impls, c, strict=True) if n == 0]
+    out = {"impls": impls, "rows": table, "zero": [e for e in empty if not excluded(*e)],
+           "excluded": [e for e in empty if excluded(*e)]}
     out.update(extra or {})
     return out
 
 
-def coverage(rows):
-    """Per op, per axis: cases that ran (skips excluded) per value and implementation; zero cells listed."""
+def run_filters(summary, op, impls):
+    """{impl: {field: where.Constraint}}: what the run drew op's configurations from, for each implementation
+    (--model's preset, --where, the implementation's declared space; summary.json, difftest/rundir.md)."""
+    from . import presets, where
+
+    def both(a, b):
+        try:
+            return where.merge(a, b)
+        except where.WhereError:  # no run drew from an empty intersection: a hand-edited summary; grey nothing
+            return a
+
+    model = summary.get("model")
+    common = both(presets.space(model, op) if model in presets.PRESETS else {}, where.from_json(summary.get("where")))
+    spaces = summary.get("spaces") if isinstance(summary.get("spaces"), dict) else {}
+    return {i: both(common, where.from_json(spaces.get(i))) for i in impls}
+
+
+def _allows(constraint, value):
+    """Whether a filter allows an axis value: a label ("none" for None), or a shape bin "lo–hi"."""
+    if constraint is None:
+        return True
+    if isinstance(value, str) and "–" in value:
+        lo, hi = map(int, value.split("–"))
+        if constraint.values is not None:
+            return any(isinstance(v, (int, float)) and lo <= v <= hi for v in constraint.values)
+        return constraint.lo <= hi and lo <= constraint.hi
+    if isinstance(value, str) and value.isdigit() and constraint.values is None:
+        value = int(value)
+    if constraint.values is not None:
+        return value in {("none" if v is None else str(v)) for v in constraint.values} | set(constraint.values)
+    return constraint.allows(value)
+
+
+def _listed(filters, name):
+    """Values a filter names for field `name` (drawn even where the strategies' own domain lacks them)."""
+    return [("none" if v is None else str(v)) for f in filters.values() if name in f and f[name].values
+            for v in f[name].values]
+
+
+def coverage(rows, summary=None):
+    """Per op, per axis: cases that ran (skips excluded) per value and implementation; the zero cells, split
+    into those the run could have drawn (red on the page) and those its filters excluded (grey)."""
+    from .strategies import SPECIAL_DISTS
+
+    summary = summary or {}
+    special = bool(summary.get("special")) or any(r["case"].get("dist") in SPECIAL_DISTS for r in rows)
     out = {}
     for op in OPS:
         op_rows = [r for r in rows if r["op"] == op]
         if not op_rows:
             continue
         impls = sorted({r["impl"] for r in op_rows})
+        filters = run_filters(summary, op, impls)
         ran = [r for r in op_rows if _ran(r)]
-        axes = {"input distribution": _axis(ran, impls, DISTS.get(op, ()), lambda r: r["case"].get("dist"))}
+        axes = {"input distribution": _axis(ran, impls, DISTS.get(op, ()), lambda r: r["case"].get("dist"),
+                                            lambda v, i: v in SPECIAL_DISTS and not special)}
         for title, ops, name, domain in ENUM_AXES:
             if op in ops:
-                axes[title] = _axis(ran, impls, domain, lambda r, n=name: str(_field(r, n) or "none"))
+                values = [str(v or "none") for v in REACHABLE[op].get(name, domain)]  # what a campaign can draw
+                values = list(dict.fromkeys(values + _listed(filters, name)))
+                axes[title] = _axis(ran, impls, values, lambda r, n=name: str(_field(r, n) or "none"),
+                                    lambda v, i, n=name, f=filters: not _allows(f[i].get(n), v))
         for title, ops, name, bottom in SHAPE_AXES:
             sizes = [_field(r, name) for r in ran if isinstance(_field(r, name), int)]
             if op in ops and sizes:
-                axes[title] = _axis(ran, impls, _shape_bins(bottom, max(sizes)),
+                bottom = bottom[op] if isinstance(bottom, dict) else bottom
+                axes[title] = _axis(ran, impls, _shape_bins(min([bottom] + sizes), max(sizes)),
                                     lambda r, n=name: _shape_bin(_field(r, n)),
+                                    lambda v, i, n=name, f=filters: not _allows(f[i].get(n), _bin_range(v)),
                                     {"min": min(sizes), "max": max(sizes)})
         out[op] = axes
     return out
+
+
+def _bin_range(label):
+    """A shape bin as "lo–hi" (a single-value bin "1" as "1–1")."""
+    return label if "–" in label else f"{label}–{label}"
 
 
 def _log_edges(values, include=()):
@@ -236,10 +313,13 @@ def _log_edges(values, include=()):
 
 
 def ratios(rows):
-    """Per implementation: error/bound ratios of the cases that ran, with a log histogram per op."""
+    """Per implementation: error/bound ratios of the cases that ran, with a log histogram per op on an axis
+    clipped to RATIO_AXIS (ratios beyond it counted in its end bins, and separately); exact zeros, which a
+    log axis cannot show, counted apart."""
     ran = [r for r in rows if _ran(r)]
     positive = [_ratio_key(r) for r in ran if 0 < _ratio_key(r) < math.inf]
-    edges = _log_edges(positive, include=(0.1, 10.0))  # the failure line at 1 always shows, with room around
+    lo, hi = RATIO_AXIS
+    edges = _log_edges([min(max(v, lo), hi) for v in positive], include=(0.1, 10.0))  # 1 shows, with room
     out = {"edges": edges, "impls": {}}
     for impl in sorted({r["impl"] for r in ran}):
         mine = [r for r in ran if r["impl"] == impl]
@@ -247,9 +327,13 @@ def ratios(rows):
         hist = {}
         for op in sorted({r["op"] for r in mine}):
             vals = [_ratio_key(r) for r in mine if r["op"] == op and 0 < _ratio_key(r) < math.inf]
-            hist[op] = np.histogram(np.clip(vals, edges[0], edges[-1]), bins=edges)[0].tolist()
+            # bins closed on the right, (a, b]: a ratio of exactly 1 (a pass) stays left of the failure line
+            at = np.searchsorted(edges, np.clip(vals, edges[0], edges[-1]), side="left") - 1
+            hist[op] = np.bincount(np.clip(at, 0, len(edges) - 2), minlength=len(edges) - 1).tolist()
         out["impls"][impl] = {
             "cases": len(mine), "zero": sum(1 for v in finite if v == 0),
+            "below_axis": sum(1 for v in finite if 0 < v < edges[0]),
+            "above_axis": sum(1 for v in finite if v > edges[-1]),
             "non_finite": len(mine) - len(finite), "above_1": sum(1 for v in finite if v > 1),
             "failing": sum(1 for r in mine if r["status"] != "pass"),
             "max": max(finite) if finite else None,
@@ -260,18 +344,40 @@ def ratios(rows):
     return out
 
 
+def _message(r):
+    """A row's message; a passing case has none, so say how close it came and what was not compared."""
+    text = str(r.get("message") or "").split("\n")[0][:400]
+    if text or r["status"] != "pass":
+        return text
+    ratio = _ratio_key(r)
+    text = ("bit-exact" if ratio == 0 else "exactly at the derived bound" if ratio == 1
+            else f"within the derived bound: largest error {ratio:.3g} of it")
+    extra = [f"{r[k]:,} {what}" for k, what in (("near_tie_tokens", "near-tie tokens accepted as valid selections"),
+                                                ("excluded_tokens", "tokens not compared (routing within 2δ of a "
+                                                                    "tie, ids not exposed)"))
+             if isinstance(r.get(k), int) and r[k] > 0]
+    return "; ".join([text] + extra)
+
+
 def worst(rows, links, top):
-    """The top cases by ratio (failures without a ratio first), each with its fixture link if one exists."""
-    ranked = sorted((r for r in rows if _ran(r)), key=_ratio_key, reverse=True)[:top]
-    out = []
+    """The top cases by ratio (failures without a ratio first), one per (implementation, op, configuration):
+    a configuration drawn again with other inputs or seeds (Hypothesis' shrinking and targeting do that) is
+    listed once, at its worst, with how many cases it had. Each with its message and fixture link."""
+    ranked = sorted((r for r in rows if _ran(r)), key=_ratio_key, reverse=True)
+    seen, out = Counter(), []
     for r in ranked:
+        key = (r["impl"], r["op"], json.dumps(r["case"]["config"], sort_keys=True))
+        seen[key] += 1
+        if seen[key] > 1 or len(out) == top:
+            continue
         c = r["case"]
         out.append({"impl": r["impl"], "op": r["op"], "status": r["status"],
                     "ratio": None if _ratio_key(r) == math.inf else _ratio_key(r),
                     "dist": c.get("dist"), "seed": c.get("seed"), "weight_seed": c.get("weight_seed"),
-                    "config": c["config"],
-                    "message": str(r.get("message") or "").split("\n")[0][:400],
+                    "config": c["config"], "message": _message(r), "key": key,
                     "fixture": links.get(_case_key(r["impl"], c))})
+    for w in out:
+        w["cases"] = seen[w.pop("key")]
     return out
 
 
@@ -368,7 +474,7 @@ def build(rows, summary, links, notes=(), top=TOP):
                     **{s: c[s] for s in _ordered_statuses(status)}}
                    for (op, impl, recipe), c in sorted(counts.items())],
         "skips": [{"impl": i, "op": o, "reason": m, "count": n} for (i, o, m), n in skips.most_common()],
-        "coverage": coverage(rows),
+        "coverage": coverage(rows, summary),
         "ratios": ratios(rows),
         "worst": worst(rows, links, top),
         "timing": timing(rows, wall),
@@ -399,14 +505,17 @@ def plot_ratios(rep):
     for ax, (impl, st) in zip(axes, impls.items(), strict=True):
         for op, counts in st["hist"].items():
             ax.stairs(counts, edges, label=op, linewidth=1.5, color=OP_COLORS.get(op))
-        ax.axvline(1.0, color="crimson", linestyle="--", label="ratio 1 = failure")
+        ax.axvline(1.0, color="crimson", linestyle="--", label="1.0 = at the bound;\nabove it fails")
         ax.set_xscale("log")
+        ax.set_xlim(edges[0], edges[-1])
         ax.set_ylabel("cases")
-        ax.set_title(f"{impl}: {st['cases']} cases ran; ratio exactly 0: {st['zero']}; "
-                     f"no ratio (error, crash): {st['non_finite']}", fontsize=10, loc="left")
+        ax.set_title(f"{impl}: {st['cases']:,} cases ran; not plotted: exactly 0 (bit-exact) {st['zero']:,}, "
+                     f"no ratio (error, crash) {st['non_finite']:,}\nin the end bins: below "
+                     f"{edges[0]:.0e} {st['below_axis']:,}, above {edges[-1]:.0e} {st['above_axis']:,}",
+                     fontsize=9, loc="left")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("max |error| / bound per case (log scale; ratios beyond the axis are in its end bins)")
+    ax.set_xlabel("largest |error| / derived bound per case (log scale)")
     return _png(fig)
 
 
@@ -414,16 +523,18 @@ def plot_timing(rep):
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
     t = rep["timing"]
-    fig = Figure(figsize=(9, 3), layout="constrained")
-    ax = fig.subplots()
-    for op, st in t["per_op"].items():
-        if st["hist"]:
-            ax.stairs(st["hist"], t["edges"], label=op, linewidth=1.5, color=OP_COLORS.get(op))
-    ax.set_xscale("log")
+    ops = [(op, st) for op, st in t["per_op"].items() if st["hist"]]
+    fig = Figure(figsize=(9, 0.6 + 1.7 * len(ops)), layout="constrained")
+    axes = fig.subplots(len(ops), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (op, st) in zip(axes, ops, strict=True):  # one panel per op, each on its own count scale
+        ax.stairs(st["hist"], t["edges"], fill=True, alpha=0.6, color=OP_COLORS.get(op))
+        q = st["impl_case_seconds"]
+        ax.set_title(f"{op}: {st['timed']:,} cases; median {q['p50']:.2g} s, p90 {q['p90']:.2g} s, "
+                     f"max {q['max']:.2g} s", fontsize=9, loc="left")
+        ax.set_xscale("log")
+        ax.set_ylabel("cases")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
     ax.set_xlabel("implementation seconds per case (log scale)")
-    ax.set_ylabel("cases")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     return _png(fig)
 
 
@@ -436,7 +547,9 @@ h1{font-size:1.5em}h2{border-bottom:2px solid #ccd;padding-bottom:.2em;margin-to
 table{border-collapse:collapse;margin:.4em 0 1em}
 td,th{border:1px solid #ccd;padding:.2em .55em;text-align:left}
 th{background:#eef}td.n{text-align:right;font-variant-numeric:tabular-nums}td.zero{background:#f9c9c9}
-td.bad{background:#f9c9c9;font-weight:600}code,.m{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+td.bad{background:#f9c9c9;font-weight:600}td.excluded{background:#e4e4e4;color:#888}
+td.w,td.w pre.m{overflow-wrap:anywhere}pre.m{white-space:pre-wrap;margin:0}
+code,.m{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 .grid{display:flex;flex-wrap:wrap;gap:1.2em}.grid>div{flex:0 0 auto}
 .note{background:#fff6d6;padding:.4em .8em}
 .err{background:#fde2e2;padding:.4em .8em}nav a{margin-right:1em}img{max-width:100%}
@@ -476,19 +589,34 @@ def _link(href, text):
     return _Raw(f"<a href=\"{html.escape(href)}\">{html.escape(text)}</a>") if href else text
 
 
+def _defaults(op):
+    """{field: default} of op's configuration dataclass (moe: its routing's too)."""
+    from dataclasses import MISSING, fields
+
+    from .case import CONFIGS, RoutingConfig
+
+    classes = [CONFIGS[op]] + ([RoutingConfig] if op == "moe" else []) if op in CONFIGS else []
+    return {f.name: f.default for c in classes for f in fields(c) if f.default is not MISSING}
+
+
 def _config_text(w):
+    """The configuration's main fields, then every other field that differs from its default: two rows of
+    the worst-case table never read the same."""
     c = dict(w["config"])
     c.update(c.pop("routing", None) or {})
-    keys = ("method", "activation", "quant", "scheme", "num_tokens", "num_experts", "top_k", "hidden_size",
-            "intermediate_size", "logits_dtype", "input_dtype")
-    return " ".join(f"{k}={c[k]}" for k in keys if c.get(k) is not None)
+    keys = ("kernel", "method", "activation", "quant", "scheme", "num_tokens", "num_experts", "top_k",
+            "hidden_size", "intermediate_size", "logits_dtype", "input_dtype", "dtype")
+    defaults = _defaults(w["op"])
+    rest = [k for k in sorted(c) if k not in keys and (k not in defaults or str(c[k]) != str(defaults[k]))]
+    return " ".join([f"{k}={c[k]}" for k in keys if c.get(k) is not None] + [f"{k}={c[k]}" for k in rest])
 
 
 def _section_totals(rep):
     run, t = rep["run"], rep["totals"]
     reached = f"{t['max_ratio_impl']} / {t['max_ratio_op']}" if t["max_ratio_impl"] else "no case ran"
     rows = [("cases", t["cases"])] + [(f"status {s}", n) for s, n in t["status"].items()] + [
-        ("max error/bound ratio", t["max_ratio"] if t["max_ratio"] is not None else "no case ran"),
+        ("max error/bound ratio (1.0 = exactly at the derived bound)",
+         t["max_ratio"] if t["max_ratio"] is not None else "no case ran"),
         ("reached by", reached), ("fixtures written", t["fixtures"]),
         ("implementations", ", ".join(run["impls"] or []) or NOT_RECORDED),
         ("ops", ", ".join(run["ops"] or []) or NOT_RECORDED), ("model preset", run["model"] or "none"),
@@ -518,7 +646,9 @@ def _section_findings(rep):
     rows = [((f.get("host"),) if by_host else ()) + (
         f["impl"], f["op"], _link(f["fixture"], f["fixture"] or "no fixture"),
         _Raw(f"<pre class=\"m\">{html.escape(str(f['message']))}</pre>")) for f in rep["findings"]]
-    return _table((["host"] if by_host else []) + ["implementation", "op", "fixture", "message"], rows)
+    wrap = {len(rows[0]) - 2, len(rows[0]) - 1}  # fixture paths and messages break anywhere, not off the page
+    return _table((["host"] if by_host else []) + ["implementation", "op", "fixture", "message"], rows,
+                  lambda i, j, v: "w" if j in wrap else "")
 
 
 def _section_counts(rep):
@@ -535,20 +665,25 @@ def _section_skips(rep):
         return "<p>No case was skipped.</p>"
     more = len(rep["skips"]) - SKIP_ROWS
     return _table(["implementation", "op", "reason", "cases"],
-                  [(s["impl"], s["op"], s["reason"], s["count"]) for s in rep["skips"][:SKIP_ROWS]]) + (
+                  [(s["impl"], s["op"], s["reason"], s["count"]) for s in rep["skips"][:SKIP_ROWS]],
+                  lambda i, j, v: "w" if j == 2 else "") + (
         f"<p>{more:,} rarer reasons are listed in report.json.</p>" if more > 0 else "")
 
 
 def _section_coverage(rep):
-    out = ["<p>Cases that ran (skips excluded) per value and implementation; "
-           "<span style=\"background:#f9c9c9\">red cells</span> were never hit.</p>"]
+    out = ["<p>Cases that ran (skips excluded) per value and implementation, for the values the strategies "
+           "draw; <span style=\"background:#f9c9c9\">red cells</span> could have been drawn but were never hit, "
+           "<span style=\"background:#e4e4e4\">grey cells</span> lie outside what this run drew from "
+           "(--model, --where, an implementation's space, --special).</p>"]
     for op, axes in rep["coverage"].items():
         out.append(f"<h3>{html.escape(op)}</h3><div class=\"grid\">")
         for title, a in axes.items():
             rng = f" (observed {a['min']:,}–{a['max']:,})" if "min" in a else ""
             out.append(f"<div><b>{html.escape(title + rng)}</b>")
+            excluded = {(v, i) for v, i in a.get("excluded", [])}
             out.append(_table([title] + a["impls"], a["rows"],
-                              lambda i, j, v: "zero" if j and v == 0 else ""))
+                              lambda i, j, v, a=a, x=excluded: "" if not j or v != 0 else
+                              "excluded" if (a["rows"][i][0], a["impls"][j - 1]) in x else "zero"))
             out.append("</div>")
         out.append("</div>")
     return "".join(out)
@@ -560,7 +695,12 @@ def _section_ratios(rep, png):
     table = _table(["implementation", "cases ran", "ratio 0", "median", "p99", "max", "ratio > 1", "no ratio",
                     "failing"], rows, lambda i, j, v: "bad" if j >= 6 and v else "")
     img = f"<img alt=\"histogram of error/bound ratios\" src=\"data:image/png;base64,{png}\">" if png else ""
-    return table + img
+    lo, hi = rep["ratios"]["edges"][0], rep["ratios"]["edges"][-1]
+    return (f"<p>Per case, the largest |error| / derived bound over its compared elements: 0 = bit-exact, "
+            f"1.0 = exactly at the derived bound, above 1 fails. The plot's axis spans "
+            f"1e{round(math.log10(lo))}…1e{round(math.log10(hi))} (at most 1e{round(math.log10(RATIO_AXIS[0]))}…"
+            f"1e{round(math.log10(RATIO_AXIS[1]))}: ratios beyond it are drawn in its end bins); exact zeros and "
+            "cases without a ratio are counted in its titles, not drawn.</p>" + table + img)
 
 
 def _seed_text(w):
@@ -572,11 +712,14 @@ def _section_worst(rep):
     if not rep["worst"]:
         return "<p>No case ran.</p>"
     rows = [(i + 1, w["impl"], w["op"], w["status"], "∞ (no ratio)" if w["ratio"] is None else w["ratio"],
-             _config_text(w), w["dist"], _seed_text(w), _link(w["fixture"], w["fixture"] or "none"),
-             w["message"])
+             _config_text(w), w.get("cases", 1), w["dist"], _seed_text(w),
+             _link(w["fixture"], w["fixture"] or "none"), w["message"])
             for i, w in enumerate(rep["worst"])]
-    return _table(["#", "implementation", "op", "status", "ratio", "configuration", "dist", "seed", "fixture",
-                   "message"], rows, lambda i, j, v: "bad" if j == 3 and v != "pass" else "")
+    return ("<p>One row per configuration, at its worst case; <i>cases</i> counts the cases drawn with that "
+            "configuration (other inputs and seeds).</p>" + _table(
+                ["#", "implementation", "op", "status", "ratio", "configuration", "cases", "dist", "seed",
+                 "fixture", "message"], rows,
+                lambda i, j, v: "bad" if j == 3 and v != "pass" else "w" if j in (5, 9, 10) else ""))
 
 
 def _section_timing(rep, png):

@@ -149,6 +149,8 @@ def show_lines(fx):
         out, ref = outputs(fx)
     except CaseError as e:
         return lines + [f"outputs not shown: the spec refuses the case: {e}"]
+    except ValueError as e:  # not one of the spec's preconditions: the spec broke (impl_spec.refusals)
+        return lines + [f"outputs not shown: the spec raised ValueError: {str(e).splitlines()[0]}"]
     if isinstance(out, str):
         return lines + [f"now: {fx.meta['impl']['name']} raised {out}"]
     for k, a in out.items():

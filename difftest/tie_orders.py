@@ -1,9 +1,10 @@
-"""Correct implementations that differ from the spec only where the spec leaves the choice open: the tie order.
+"""Correct implementations that differ from the spec only where the spec's choice is a declared rule: the tie order.
 
 ``REVERSED_TIES`` is the torch implementation run on the experts in reverse order (groups reversed too, so every
 group stays whole) with the ids mapped back: equal keys go to the higher expert id and equal group scores to the
-higher group, as an implementation with no promised tie order (torch.topk) may do. Every selection it makes is
-valid (difftest/compare.py), so the comparator must accept it; fixtures/R02 holds a case it once rejected.
+higher group. It declares that rule (``tie_rule="higher_index"``), so the comparator holds it to exactly that order
+among bit-identical keys and accepts every other valid selection it makes (difftest/compare.py); fixtures/R02
+holds a case it once rejected.
 """
 
 
@@ -20,4 +21,9 @@ def _reversed_run(case, inputs):
     return {"ids": ids, "weights": out["weights"]}
 
 
-REVERSED_TIES = TORCH._replace(name="tie_order:reversed", ops=("routing",), run=_reversed_run)
+def _declaring(rule):
+    return lambda case: TORCH.recipe(case).but(tie_rule=rule)
+
+
+REVERSED_TIES = TORCH._replace(name="tie_order:reversed", ops=("routing",), run=_reversed_run,
+                               recipe=_declaring("higher_index"))

@@ -28,6 +28,7 @@ from .case import (
     CHECKS,
     CONFIGS,
     DEV_KERNELS,
+    EXPERT_WEIGHTS,
     LOGIT_DTYPES,
     QUANT_INPUT_DTYPES,
     QUANT_PATHS,
@@ -45,7 +46,8 @@ CHOICES = {"kernel": DEV_KERNELS, "method": ROUTING_METHODS, "activation": ACTIV
            "scheme": QUANT_SCHEMES,
            "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES), "input_dtype": QUANT_INPUT_DTYPES,
            "layout": SCALE_LAYOUTS, "half_order": ("gate_up", "up_gate"), "hidden_dtype": ("bf16", "fp16"),
-           "rsf_placement": ("routing", "combine"), "scale_fmt": ("fp32", "ue8m0"), "mx_rule": ("ocp", "ceil448")}
+           "rsf_placement": ("routing", "combine"), "scale_fmt": ("fp32", "ue8m0"), "mx_rule": ("ocp", "ceil448"),
+           "expert_weights": EXPERT_WEIGHTS}
 
 
 class WhereError(CaseError):
@@ -128,7 +130,7 @@ def _kind(field):
     kinds = {field_types(op)[field] for op in CONFIGS if field in field_types(op)}
     if not kinds:
         raise WhereError(f"--where {field}: not a configuration field; fields: {', '.join(all_fields())}")
-    return kinds.pop()
+    return max(kinds, key=lambda k: "None" in k)  # a field optional in one op (routing's tile_tokens_dim) may be none
 
 
 def parse(text):
@@ -258,3 +260,26 @@ def _moe_configs(quant, where, strategies):
 
 def describe(where):
     return " ".join(f"{f}={c}" for f, c in sorted(where.items()))
+
+
+def to_json(where):
+    """{field: {"values": [...]} or {"lo": x, "hi": y}} (None for an open end): summary.json's record of the
+    filters a campaign drew inside, read back by from_json (the report greys what they exclude)."""
+    def one(c):
+        if c.values is not None:
+            return {"values": list(c.values)}
+        return {"lo": None if c.lo == -math.inf else c.lo, "hi": None if c.hi == math.inf else c.hi}
+
+    return {field: one(c) for field, c in sorted(where.items())}
+
+
+def from_json(record):
+    """The {field: Constraint} of a to_json record; a record that is not one is ignored ({})."""
+    out = {}
+    for field, c in (record or {}).items() if isinstance(record, dict) else ():
+        if isinstance(c, dict) and isinstance(c.get("values"), list):
+            out[field] = Constraint(tuple(c["values"]))
+        elif isinstance(c, dict):
+            lo, hi = c.get("lo"), c.get("hi")
+            out[field] = Constraint(None, -math.inf if lo is None else lo, math.inf if hi is None else hi)
+    return out

@@ -59,6 +59,8 @@ class GroupedTopkInLogitsDtype:
         c = case.config
         if c.method != "deepseek_v3" or c.num_fused_shared_experts or c.logits_dtype not in DTYPES:
             return "deepseek_v3 routing with fp32 or bf16 logits and no fused shared experts only"
+        if c.tile_tokens_dim is not None:
+            return "returns no padded permutation (tile_tokens_dim)"
         if c.bias_dtype not in (None, "fp32"):
             return "the correction bias is an fp32 parameter"
         return None

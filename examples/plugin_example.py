@@ -16,7 +16,8 @@ import numpy as np
 
 from spec.recipes import Recipe
 
-RECIPE = Recipe(name="example_numpy_fp32")  # the defaults: fp32 logits, bias and weights, exact sigmoid
+# the defaults (fp32 logits, bias and weights, exact sigmoid), and the tie order its stable argsorts give
+RECIPE = Recipe(name="example_numpy_fp32", tie_rule="lower_index")
 
 
 class DeepSeekV3Routing:
@@ -26,7 +27,8 @@ class DeepSeekV3Routing:
     deterministic = True  # checked: repeated runs must give identical bits
     may_crash = False  # True would run it in a separate process (a native kernel that can abort)
     # the configurations it covers: fuzz --impl draws only these (difftest/where.py), so nothing is skipped
-    space = {"method": "deepseek_v3", "num_fused_shared_experts": 0}
+    # (tile_tokens_dim none: it returns ids and weights, not the padded permutation a routing stage hands to GEMMs)
+    space = {"method": "deepseek_v3", "num_fused_shared_experts": 0, "tile_tokens_dim": None}
 
     def available(self):
         return None  # numpy is always there; a GPU plug-in returns e.g. "no CUDA device"
@@ -37,6 +39,8 @@ class DeepSeekV3Routing:
             return f"implements deepseek_v3 routing only, not {c.method}"
         if c.num_fused_shared_experts:
             return "no fused shared experts"
+        if c.tile_tokens_dim is not None:
+            return "returns no padded permutation (tile_tokens_dim)"
         return None
 
     def recipe(self, case):

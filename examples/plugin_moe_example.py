@@ -87,7 +87,8 @@ class FusedMoE:
     may_crash = False  # a native kernel: True, so that an abort is a finding, not the end of the campaign
     # what it implements; `fuzz --impl` draws only these configurations (difftest/where.py)
     space = {"quant": ["bf16", "fp8_block"], "method": "renormalize", "activation": "swiglu",
-             "half_order": "gate_up", "router_weight_on_input": False, "rsf_placement": "routing"}
+             "half_order": "gate_up", "router_weight_on_input": False, "rsf_placement": "routing",
+             "scale_fmt": "fp32", "expert_weights": "prepared"}  # fp32 scales; it takes quantized weights
 
     def available(self):
         return None

@@ -1,7 +1,7 @@
 """Derived error bounds: implementation vs recipe-exact (hard and probabilistic), recipe-exact vs ideal.
 
-Error analysis: testing_anchors.md §6. Every stage of spec/layer.py carries an ``Err`` shadow next to its
-value: three element-wise bounds, propagated by the rules below in the order the data flows.
+Error analysis: docs/semantics.md §6, docs/comparisons.md. Every stage of spec/layer.py carries an ``Err``
+shadow next to its value: three element-wise bounds, propagated by the rules below in the order the data flows.
 
 * ``hard``  |impl − spec| for any implementation that follows the recipe: same rounding points (RNE), any
   summation order, accumulation per ``gemm_acc``. A value above it is a bug.
@@ -40,10 +40,14 @@ from .quant import HOPPER_CHUNK
 # 2^-11; another architecture's MUFU.TANH needs its own measurement before this bound applies to it.
 TANH_APPROX_REL = 1.1127e-5
 
-# MUFU.EX2 and MUFU.RCP (what expf and a division become under -use_fast_math in the trtllm-gen dev kernels):
-# declared relative allowances, not yet measured exhaustively on the H200 as TANH_APPROX_REL was.
-MUFU_EX2_REL = 2.0**-21
-MUFU_RCP_REL = 2.0**-22
+# MUFU.EX2 and MUFU.RCP (ex2.approx.ftz.f32 and rcp.approx.ftz.f32: what expf and a division become under
+# -use_fast_math in the trtllm-gen dev kernels): the largest relative errors against the true 2^x and 1/x over every
+# finite fp32 input whose result is an fp32 normal, measured exhaustively on an H200 (sm_90a;
+# campaigns/h200/mufu_exhaustive.cu, results in campaigns/h200/mufu_exhaustive.json): 1.45842e-7 = 2^-22.71 and
+# 9.82917e-8 = 2^-23.28 (rcp: within ±1 ulp of the correctly rounded 1/x everywhere), rounded up here. The PTX ISA
+# documents 2^-22 (ex2, max ulp 2) and 1 ulp (rcp); another architecture needs its own measurement.
+MUFU_EX2_REL = 1.4585e-7
+MUFU_RCP_REL = 9.83e-8
 
 LAMBDA = 6.0
 U32, U64 = FP32.unit_roundoff, FP64.unit_roundoff

@@ -1,6 +1,6 @@
 """The MoE layer: routing → activation quantization → GEMM1 → activation → re-quantization → GEMM2 → combine.
 
-Semantics: moe_semantics.md §4-§5, flashinfer_api.md §1, §3. Two modes. ``recipe=None`` is the float64 ideal:
+Semantics: docs/semantics.md §3-§5. Two modes. ``recipe=None`` is the float64 ideal:
 the given inputs (bf16 hidden values, weight codes × scales) in exact float64 arithmetic, with no activation
 quantization and no rounding anywhere; it is the IDEAL recipe below, every rounding an identity. A ``Recipe``
 gives the recipe-exact result: activations quantized by the declared quantizer, GEMMs summed exactly, and one
@@ -18,31 +18,36 @@ import numpy as np
 from . import bounds
 from .bounds import Err, Quantized
 from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
-from .numerics import E2M1, E4M3FN, E8M0, decode, encode, round_to
+from .numerics import E2M1, E4M3FN, E8M0, decode, round_to
 from .quant import (
     E4M3_VALUES,
-    FP8_MAX,
     MX_BLOCK,
     NVFP4_BLOCK,
-    RCP448,
     block_scaled_gemm,
+    decode_pairs,
     hopper_block_sums,
-    hopper_rcp,
     mx_scale,
     mxfp8_quant,
     nvfp4_global_scale,
     nvfp4_quant,
+    pair_table,
     per_token_group_quant_fp8,
+    w13_block_quant,
+    weight_block_quant,
 )
 from .recipes import Recipe
 from .routing import SIGMOID_METHODS, expert_parallel_ids, renormalizes, route, softmax_exponents
 
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
+SCALE_FMTS = ("fp32", "ue8m0")  # fp8_block activation / intermediate scales (quant.per_token_group_quant_fp8)
 ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_blocked", "hopper_fp8")
+BLOCKED = ("fp32_blocked", "hopper_fp8")  # accumulations emulated on FP8 codes by block_scaled_gemm
 FP8_BLOCK = 128
-SLAB = 32  # weight rows decoded at a time (divides FP8_BLOCK): a [32, 7168] float64 slab stays in L2
+SLAB = 16  # weight rows decoded at a time (divides FP8_BLOCK): a [16, 7168] float64 slab (0.9 MiB) stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
+E4M3_ABS_FLOAT64 = np.abs(E4M3_FLOAT64)
+E4M3_FLOAT64_PAIRS, E4M3_ABS_FLOAT64_PAIRS = pair_table(E4M3_FLOAT64), pair_table(E4M3_ABS_FLOAT64)
 QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
 APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
 
@@ -75,6 +80,50 @@ class StackedWeights(NamedTuple):
         return {k: v[e] for k, v in self.arrays.items()}
 
 
+def prepare_expert(w13, w2, quant, recipe, *, gated, scale_fmt="fp32"):
+    """One expert's unquantized weights (float32 values: w13 [N1, H], w2 [H, I]) prepared as `recipe` declares
+    (Recipe docstring, "Weight preparation"): the per-expert dict of the table in docs/interfaces.md."""
+    if quant == "bf16":
+        return {"w13": round_to(w13, "bf16"), "w2": round_to(w2, "bf16")}
+    out = {}
+    for name, w in (("w13", w13), ("w2", w2)):
+        if quant == "fp8_block":
+            keywords = dict(variant=recipe.weight_quant_variant, scale_formula=recipe.weight_scale_formula,
+                            scale_fmt=scale_fmt)
+            half = len(w) // 2
+            q, sc = (w13_block_quant(w[:half], w[half:], **keywords) if name == "w13" and gated
+                     else weight_block_quant(w, **keywords))
+        elif quant == "mxfp8":
+            q, sc = mxfp8_quant(w, rule=recipe.mx_rule)
+        else:
+            gs = nvfp4_global_scale(w)
+            (q, sc), out[name + "_global"] = nvfp4_quant(w, gs), np.float32(gs)
+        out[name], out[name + "_scale"] = q, sc
+    return out
+
+
+class PreparedWeights(NamedTuple):
+    """ExpertWeights of unquantized weights (`source`, an ExpertWeights of {w13, w2} float32 values) prepared by
+    `recipe` (prepare_expert), each expert with its given values as ``w13_values`` / ``w2_values``, from which
+    the layer charges the preparation's own error to the recipe-vs-ideal bound."""
+
+    source: object
+    quant: str
+    recipe: Recipe
+    gated: bool
+    scale_fmt: str = "fp32"
+
+    @property
+    def num_experts(self):
+        return self.source.num_experts
+
+    def expert(self, e):
+        raw = self.source.expert(e)
+        prepared = prepare_expert(raw["w13"], raw["w2"], self.quant, self.recipe, gated=self.gated,
+                                  scale_fmt=self.scale_fmt)
+        return {**prepared, "w13_values": raw["w13"], "w2_values": raw["w2"]}
+
+
 class LayerResult(NamedTuple):
     out: np.ndarray  # [T, H] float32 values of recipe.out (float64 for the ideal)
     ids: np.ndarray  # int32 [T, k + S] global expert ids, selection order
@@ -98,7 +147,7 @@ def _gemm(a, w, accumulate):
     values; "fp32_blocked" and "hopper_fp8": block_scaled_gemm on FP8 codes (as "fp32" for other operands)."""
     if accumulate == "exact":
         return a.values @ w.values.T
-    if accumulate in ("fp32_blocked", "hopper_fp8") and a.fp8 is not None and w.fp8 is not None:
+    if accumulate in BLOCKED and a.fp8 is not None and w.fp8 is not None:
         (aq, a_s), (wq, w_s) = a.fp8, w.fp8
         r = a_s.shape[1] // w_s.shape[1]  # activation groups per 128-wide weight block: 2 for 1×64 (mono_moe)
         w_s = np.repeat(np.repeat(w_s, r, 0), r, 1)[: -(-wq.shape[0] * r // FP8_BLOCK)]
@@ -119,41 +168,50 @@ def _nibbles(packed):
     return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
 
 
-def _slabs(wd, name, quant, gated):
-    """(rows, block-scale rows) of each SLAB-row slab of weight `name`, the unit in which it is decoded. The
-    two halves of a gated w13 each have their own ceil(I/128) block-scale rows (sem §3): no slab straddles
-    them, nor a block row."""
+def _parts(wd, name, quant, gated):
+    """(first row, end row, first block-scale row) of each part of weight `name` with its own block-scale rows:
+    the whole weight, or the two halves of a gated w13, which each have ceil(I/128) block-scale rows
+    (docs/semantics.md §3)."""
     n = np.shape(wd[name])[0]
-    parts = [(0, n, 0)]
-    if name == "w13" and gated:
-        if n % 2:
-            raise ValueError(f"gated w13 needs 2I rows, got {n}")
-        half = n // 2
-        blocks = -(-half // FP8_BLOCK)
-        if quant == "fp8_block" and np.shape(wd["w13_scale"])[0] != 2 * blocks:
-            raise ValueError(
-                f"gated fp8_block w13_scale needs 2·ceil(I/128) = {2 * blocks} rows, "
-                f"got {np.shape(wd['w13_scale'])[0]}"
-            )
-        parts = [(0, half, 0), (half, n, blocks)]
+    if not (name == "w13" and gated):
+        return [(0, n, 0)]
+    if n % 2:
+        raise ValueError(f"gated w13 needs 2I rows, got {n}")
+    half = n // 2
+    blocks = -(-half // FP8_BLOCK)
+    if quant == "fp8_block" and np.shape(wd["w13_scale"])[0] != 2 * blocks:
+        raise ValueError(
+            f"gated fp8_block w13_scale needs 2·ceil(I/128) = {2 * blocks} rows, "
+            f"got {np.shape(wd['w13_scale'])[0]}"
+        )
+    return [(0, half, 0), (half, n, blocks)]
+
+
+def _slabs(wd, name, quant, gated):
+    """(rows, block-scale rows) of each SLAB-row slab of weight `name`, the unit in which it is decoded: no
+    slab straddles two parts (_parts), nor a block row."""
     return [
         (slice(r, min(r + SLAB, end)), slice(b, b + 1))
-        for start, end, first in parts
+        for start, end, first in _parts(wd, name, quant, gated)
         for r in range(start, end, SLAB)
         for b in [first + (r - start) // FP8_BLOCK]
     ]
 
 
-def _weight(wd, name, quant, rows, scale_rows):
+def _weight(wd, name, quant, rows, scale_rows, magnitude=False):
     """One slab of expert weight `name` (its `rows`, all in the block-scale row `scale_rows`), decoded
-    exactly: code × scale in float64."""
+    exactly: code × scale in float64 (fp8_block with `magnitude`: |code| × scale, all the shadows need)."""
     w = np.asarray(wd[name])[rows]
     if quant == "bf16":
         return Operand(w.astype(np.float64), None)
     s = np.asarray(wd[name + "_scale"])
     if quant == "fp8_block":
         s = s[scale_rows]
-        return Operand(E4M3_FLOAT64[w] * _block_scales(s, w.shape[1], FP8_BLOCK), (w, s))
+        table, pairs = (E4M3_ABS_FLOAT64, E4M3_ABS_FLOAT64_PAIRS) if magnitude else (E4M3_FLOAT64, E4M3_FLOAT64_PAIRS)
+        even = w.shape[1] % 2 == 0  # two codes per gather
+        values = decode_pairs(pairs, np.ascontiguousarray(w).view(np.uint16)) if even else np.take(table, w)
+        values *= _block_scales(s, w.shape[1], FP8_BLOCK)
+        return Operand(values, (w, s))
     s = s[rows]
     if quant == "mxfp8":
         return Operand(E4M3_VALUES[w] * _block_scales(decode(s, E8M0), w.shape[1], MX_BLOCK), None)
@@ -165,35 +223,57 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK, reach=None):
     """x·Wᵀ [M, N] (_gemm) and its Err (bounds.gemm; `block`: the K block of hopper_fp8), W decoded slab by
     slab from its codes: an expert is never whole in float64, and the four shadow products are one GEMM per
     slab. reach (lo, hi, rho): x's hard error is directed (bounds.directed_products), and moves with its groups'
-    scales (bounds.scale_motion; rho None: no shared scale)."""
+    scales (bounds.scale_motion; rho None: no shared scale). Weights prepared from given values (PreparedWeights:
+    ``<name>_values``) add their preparation error (|x| + δ_ideal)·|W − W_given|ᵀ to the ideal bound."""
     emulated = c.accumulate == "hopper_fp8" == c.recipe.gemm_acc and x.changed is not None
     hopper = ex and c.recipe.gemm_acc == "hopper_fp8" and x.fp8 is not None and c.quant == "fp8_block"
-    left = ex and bounds.shadow_operand(x.values, ex)
+    exact = ex and not (ex.hard.any() or ex.prob.any() or ex.ideal.any())  # the given hidden states, as they are
+    if exact:  # [|a|; 1]: |a|·|W|ᵀ, and Σ|W| for the three zero shadows (0·|W| is NaN in a row of W with NaN/Inf)
+        left = np.concatenate([np.abs(x.values), np.ones((1, x.values.shape[1]))])
+    else:
+        left = ex and bounds.shadow_operand(x.values, ex)
     if ex and emulated:  # one more left operand: outputs whose block sums may see another code
         left = np.concatenate([left, (x.changed > 0).astype(np.float64)])
-    y, products, directed, truncation = [], [], [], []
-    for rows, scale_rows in _slabs(wd, name, c.quant, gated):
-        w = _weight(wd, name, c.quant, rows, scale_rows)
-        y.append(_gemm(x, w, c.accumulate))
-        products.append(ex and left @ np.abs(w.values).T)
-        if hopper:
+    given = wd.get(name + "_values")
+    y, products, prepared, directed, truncation = [], [], [], [], []
+    blocked = c.accumulate in BLOCKED and x.fp8 is not None and c.quant == "fp8_block"  # as _gemm decides
+    if blocked:  # on the codes, one call per part (each output is its own sum): large calls amortize the setup
+        for start, end, first in _parts(wd, name, c.quant, gated):
+            s = np.asarray(wd[name + "_scale"])[first:first + -(-(end - start) // FP8_BLOCK)]
+            y.append(_gemm(x, Operand(None, (np.asarray(wd[name])[start:end], s)), c.accumulate))
+    for rows, scale_rows in _slabs(wd, name, c.quant, gated) if ex or not blocked else ():
+        w = _weight(wd, name, c.quant, rows, scale_rows, magnitude=blocked)
+        if not blocked:
+            y.append(_gemm(x, w, c.accumulate))
+        products.append(ex and left @ (w.values if blocked else np.abs(w.values)).T)
+        if hopper:  # on the slab's codes (w.fp8), which magnitude decoding keeps signed
             truncation.append(_hopper_term(x, w, block, emulated))
-        if ex and reach:
+        if ex and (given is not None or reach):  # both need the signed values, which blocked decoding skips
+            signed = _weight(wd, name, c.quant, rows, scale_rows) if blocked else w
+        if ex and given is not None:  # the preparation error
+            off = np.abs(signed.values - np.asarray(given, np.float64)[rows])
+            prepared.append((np.abs(x.values) + ex.ideal) @ off.T)
+        if ex and reach:  # the directed charge
             lo, hi, rho = reach
-            d = bounds.directed_products(lo, hi, np.maximum(w.values, 0), np.maximum(-w.values, 0))
-            directed.append(d if rho is None else d + bounds.scale_motion(x.values, rho, w.values, block))
+            d = bounds.directed_products(lo, hi, np.maximum(signed.values, 0), np.maximum(-signed.values, 0))
+            directed.append(d if rho is None else d + bounds.scale_motion(x.values, rho, signed.values, block))
     if not ex:
         return np.concatenate(y, axis=1), ex
     products = np.concatenate(products, axis=1)
     directed = np.concatenate(directed, axis=1) if directed else None
+    if exact:
+        m = len(x.values)
+        products = np.concatenate([products[:m], *[np.broadcast_to(0.0 * products[m], (m, products.shape[1]))] * 3,
+                                   products[m + 1:]])
     moved = None
     if emulated:
         products, moved = products[: 4 * len(x.values)], products[4 * len(x.values):] > 0
     fp8 = x.fp8 is not None and c.quant == "fp8_block"
     truncation = np.concatenate(truncation, axis=1) if hopper else None
-    return np.concatenate(y, axis=1), bounds.gemm_shadow(
-        products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved, directed, truncation
-    )
+    e = bounds.gemm_shadow(products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved, directed, truncation)
+    if prepared:
+        e = e._replace(ideal=e.ideal + np.concatenate(prepared, axis=1))
+    return np.concatenate(y, axis=1), e
 
 
 def _hopper_term(x, w, block, emulated):
@@ -217,7 +297,7 @@ def _hopper_term(x, w, block, emulated):
     eps = bounds.hopper_truncation(a, wv, flips, block)  # [M, slab, KB]
     exact = np.einsum("mbk,nbk->mnb", np.pad(a, pad).reshape(len(a), kb, block),
                       np.pad(wv, pad).reshape(len(wv), kb, block))
-    known = np.abs(hopper_block_sums(a, wv, block) - exact)
+    known = np.abs(hopper_block_sums(aq, wq, block) - exact)
     return np.einsum("mnb,mb->mn", np.where(flipped, eps, known), scale)
 
 
@@ -241,31 +321,30 @@ def _rcp_exact(x, group):
 
 
 def quant_448_div_amax(x, group):
-    """mono_moe's quantizer per (row, `group` columns): NaN → 0, amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)),
-    q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))), rcp the device's reciprocal (quant.hopper_rcp: exact for bf16
-    amax, i.e. the input quantizer; within ±1 ulp otherwise, which the bounds cover).
-    [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
+    """mono_moe's quantizer per (row, `group` columns): NaN → 0, then per_token_group_quant_fp8 with variant
+    "mul_448_div_amax" (amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)), q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))),
+    rcp the device's reciprocal: quant.hopper_rcp, exact for bf16 amax, i.e. the input quantizer; within ±1 ulp
+    otherwise, which the bounds cover). [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
     x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
-    g = x.reshape(x.shape[0], -1, group)
-    amax = np.maximum(np.abs(g).max(axis=-1), np.float32(QUANT_EPS))
-    s, inv = amax * RCP448, FP8_MAX * hopper_rcp(amax)
-    q = encode(np.clip(g * inv[..., None], -FP8_MAX, FP8_MAX), E4M3FN)
-    return q.reshape(x.shape), s
+    return per_token_group_quant_fp8(x, group, eps=QUANT_EPS, variant="mul_448_div_amax", scale_formula="mul_rcp448")
 
 
-def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK):
+def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK, scale_fmt="fp32"):
     """Activation quantization of x [M, K] on a quant path: fp8_block 1×`group` (per_token_group_quant_fp8 with
-    `variant`, `scale_formula`, or quant_448_div_amax), mxfp8 (recipe.mx_rule), nvfp4 (per-token global
-    scale). -> Quantized."""
+    `variant`, `scale_formula`, `scale_fmt`, or quant_448_div_amax), mxfp8 (recipe.mx_rule), nvfp4 (per-token
+    global scale). -> Quantized (a ue8m0 scale moves in powers of two: not linear in amax)."""
     x = np.asarray(x, np.float32)
     if quant == "fp8_block":
         if variant == "mul_448_div_amax":
+            if scale_fmt != "fp32":
+                raise ValueError(f"the mul_448_div_amax quantizer (mono_moe) has no {scale_fmt} scales")
             q, s = quant_448_div_amax(x, group)
         else:
-            q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula)
+            q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula,
+                                             scale_fmt=scale_fmt)
         scale = _block_scales(s, x.shape[1], group)
         return Quantized(
-            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, True, (q, s)
+            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, scale_fmt == "fp32", (q, s)
         )
     if quant == "mxfp8":
         q, e8 = mxfp8_quant(x, rule=recipe.mx_rule)
@@ -293,7 +372,7 @@ def _expert(x, ex, wt, ew, wd, c):
     -> (contribution to the combine sum [n, H], its Err, possible requant flips [n])."""
     R, gated = c.recipe, c.activation in GATED_ACTIVATIONS
     h, eh = _weight_gemm(x, ex, wd, "w13", c, gated)
-    if c.router_weight_on_input:  # on GEMM1's fp32 accumulator, = (x·w)·W13 (sem §4.4)
+    if c.router_weight_on_input:  # on GEMM1's fp32 accumulator, = (x·w)·W13 (docs/semantics.md §4.4)
         h, eh = h * wt, eh and bounds.product(h, wt, eh, ew, bounds.U32)
     h1 = round_to(h, R.gemm1_out)
     e1 = eh and bounds.rounded(h, h1, eh, R.gemm1_out, R.subnormals == "flush")
@@ -326,9 +405,9 @@ def _expert(x, ex, wt, ew, wd, c):
     group = FP8_BLOCK
     if (
         c.quant != "bf16" and R.requant_intermediate
-    ):  # per token, on the stored intermediate (sem §4.3 step 4)
+    ):  # per token, on the stored intermediate (docs/semantics.md §4.3, step 4)
         group = R.requant_group if c.quant == "fp8_block" else FP8_BLOCK
-        q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula, group)
+        q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula, group, c.scale_fmt)
         changed = ea2 and bounds.code_changes(a2, ea2, q)
         op, ev = Operand(q.values, q.fp8, changed if ea2 else None), ea2 and bounds.requantized(a2, ea2, q)
         reach = ea2 and bounds.requant_reach(a2, ea2, q)
@@ -354,11 +433,12 @@ class _Config(NamedTuple):
     router_weight_on_input: bool
     recipe: Recipe
     accumulate: str
+    scale_fmt: str
 
 
 def _route(logits, bias, routing, rsf_placement, recipe, ids):
     """spec Routing under the recipe (ideal: float64); rsf_placement "combine" leaves rsf to the combine and
-    gives fused shared experts 1/rsf of their weight, so that they count once after it (sem §1.8)."""
+    gives fused shared experts 1/rsf of their weight, so that they count once after it (docs/semantics.md §1.5)."""
     options = dict(routing)
     rsf = options.get("routed_scaling_factor")
     if rsf_placement == "combine":
@@ -375,6 +455,7 @@ def _route(logits, bias, routing, rsf_placement, recipe, ids):
                 **options,
                 "bias_dtype": recipe.bias,
                 "sigmoid": recipe.sigmoid,
+                "exp": recipe.exp,
                 "weights_dtype": recipe.routing_weights,
                 "renorm_order": recipe.renorm_order,
                 "group_score": recipe.group_score,
@@ -430,12 +511,14 @@ def moe_layer(
     recipe=None,
     ids=None,
     accumulate=None,
+    scale_fmt="fp32",
 ):
     """out[t] = Σ_j w[t, j]·W2_e·act(W13_e·x[t]) over the local experts e = ids[t, j] (rsf in the routing
     weights or multiplying the sum, per rsf_placement), recipe-exact or ideal. hidden [T, H], logits [T, E],
     weights an ExpertWeights holding E + S experts (global ids). accumulate (ACCUMULATIONS): how GEMMs sum;
     None = the recipe's: "hopper_fp8" (bit-exact emulation, tight bounds) for a hopper_fp8 recipe, else
-    "exact" (the bounds cover any summation order). -> LayerResult."""
+    "exact" (the bounds cover any summation order). scale_fmt (SCALE_FMTS, fp8_block): the activation and
+    intermediate scales, fp32 or rounded up to powers of two (ue8m0). -> LayerResult."""
     if accumulate is None:
         accumulate = "hopper_fp8" if recipe is not None and recipe.gemm_acc == "hopper_fp8" else "exact"
     check_activation(activation, half_order)
@@ -443,6 +526,7 @@ def moe_layer(
         ("quant", quant, QUANT_PATHS),
         ("rsf_placement", rsf_placement, RSF_PLACEMENTS),
         ("accumulate", accumulate, ACCUMULATIONS),
+        ("scale_fmt", scale_fmt, SCALE_FMTS),
     ):
         if value not in allowed:
             raise ValueError(f"{name}={value!r} is not one of {allowed}")
@@ -466,8 +550,10 @@ def moe_layer(
     r = _route(logits, bias, routing, rsf_placement, recipe, ids)
     local = expert_parallel_ids(r.ids, local_expert_offset, n_local)
     tracked = recipe is not None
+    if scale_fmt != "fp32" and quant != "fp8_block":
+        raise ValueError(f"scale_fmt={scale_fmt!r} needs quant='fp8_block', got {quant!r}")
     if tracked and quant != "bf16":
-        q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula)
+        q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula, scale_fmt=scale_fmt)
         rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" and not _rcp_exact(hidden, FP8_BLOCK) else 0.0
         hidden64 = np.asarray(hidden, np.float64)
         ex = bounds.quantized_input(hidden64, q, rel)
@@ -484,7 +570,7 @@ def moe_layer(
                                             _routing_rsf(routing, rsf_placement), unrounded=unrounded,
                                             softmax_exponents=softmax_exponents(logits, routing["method"],
                                                                                 r.ids[:, :k]))
-    c = _Config(activation, half_order, quant, router_weight_on_input, R, accumulate)
+    c = _Config(activation, half_order, quant, router_weight_on_input, R, accumulate, scale_fmt)
     total, total_abs = np.zeros((T, H)), np.zeros((T, H))
     err = tracked and bounds.zero((T, H))
     flips = np.zeros(T, int)

@@ -1,4 +1,4 @@
-"""Scale layouts as real memory: what a kernel reads, not just the logical values (sem §2.4, fi §1.3).
+"""Scale layouts as real memory: what a kernel reads, not just the logical values (docs/semantics.md §2.4, §5.1).
 
 A layout turns logical per-token-group scales s [M, G] (as per_token_group_quant_fp8 returns them) into a
 `ScaleBuffer`: a flat 1-D buffer plus the logical shape and strides (in elements, as torch's .stride())
@@ -70,7 +70,7 @@ def _tma_rows(m):
 
 
 def row_major(s):
-    """fp32 [M, G], strides (G, 1): SGLang's default output, the Triton fused_moe input (sem §2.4)."""
+    """fp32 [M, G], strides (G, 1): SGLang's default output, the Triton fused_moe input (docs/semantics.md §2.4)."""
     s = _scales_2d(s)
     return ScaleBuffer(s.ravel().copy(), s.shape, (s.shape[1], 1))
 
@@ -110,7 +110,7 @@ def from_column_major_tma(data, m, g):
 
 def pack_ue8m0(codes):
     """e8m0 codes [M, G] -> int32 [M, ceil(G/4)]: byte b (little-endian) of word [t, j] = code of group 4j+b,
-    missing tail groups 0 (sem §2.4, DeepGEMM)."""
+    missing tail groups 0 (docs/semantics.md §2.4, DeepGEMM)."""
     m, g = codes.shape
     padded = np.zeros((m, -(-g // UE8M0_PER_INT32) * UE8M0_PER_INT32), np.uint32)
     padded[:, :g] = codes

@@ -1,6 +1,6 @@
 """Expert MLP: activations, the gate/up half order of w13, and one expert's float64 MLP.
 
-Semantics: moe_semantics.md §4.1-§4.2, flashinfer_api.md §1.1, §3. Gated activations read w13 = [E, 2I, H]
+Semantics: docs/semantics.md §4.1-§4.2, §5.2. Gated activations read w13 = [E, 2I, H]
 as two halves, gate and up; non-gated ones read w13 = [E, I, H]. The half order is a property of the data:
 "gate_up" ([gate; up]: checkpoints, SGLang/vLLM Triton, FlashInfer mono_moe) or "up_gate" ([up; gate]:
 FlashInfer trtllm-gen and CUTLASS). Converting is swap_halves, never a silent reinterpretation.

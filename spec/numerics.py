@@ -91,6 +91,15 @@ def _round(x, fmt, saturate):
     if fmt is E8M0:
         raise ValueError("e8m0 has no rounding rule here (scales are rounded in spec/quant): use encode")
     x = _float64(x)
+    if fmt is FP64 or fmt is FP32:  # float64 is its own RNE; the machine's float64 -> float32 conversion is
+        with np.errstate(over="ignore", invalid="ignore"):  # this rule (tests/test_numerics.py); invalid: sNaN
+            r = x if fmt is FP64 else x.astype(np.float32).astype(np.float64)
+        return np.where(np.abs(r) > fmt.max, np.copysign(fmt.max, x), r) if saturate else r
+    return _round_rne(x, fmt, saturate)
+
+
+def _round_rne(x, fmt, saturate):
+    """The rounding rule of round_to, on float64 x, for every format but e8m0."""
     q, e = _significand(x, fmt)
     with np.errstate(over="ignore"):  # a carry past float64's max is an overflow like any other
         r = np.ldexp(q, e - fmt.mantissa_bits)

@@ -1,6 +1,6 @@
 """FP8 / MXFP8 / NVFP4 quantization of activations and expert weights, and the block-scaled FP8 GEMM.
 
-Semantics: moe_semantics.md §2-§3 ("sem"), flashinfer_api.md §1.3, §1.4, §3 ("fi"). Values arrive as float32
+Semantics: docs/semantics.md §2, §3, §5. Values arrive as float32
 arrays holding exactly representable values; e4m3fn, e2m1 and e8m0 travel as uint8 codes. Scales are dequant
 multipliers (x ≈ q·s). Arithmetic written on float32 operands is one fp32 round-to-nearest-even per operation.
 NaN rule, every quantizer: amax ignores NaN elements (CUDA fmaxf / __hmax, as the kernels reduce), a NaN
@@ -68,8 +68,9 @@ def ue8m0_ceil(s):
 
 
 def ue8m0_ceil_log2(s):
-    """Mutant of ue8m0_ceil: exp2(ceil(log2f(s))) (Triton, vLLM, DeepGEMM ceil_to_ue8m0; sem §2.3, K14), log2f
-    the fp32 rounding of log2. One ulp above 2^k, k >= 4 or k <= -5, log2f rounds to k: 2^k, not 2^(k+1)."""
+    """Mutant of ue8m0_ceil: exp2(ceil(log2f(s))) (Triton, vLLM, DeepGEMM ceil_to_ue8m0; docs/semantics.md
+    §2.3, K14), log2f the fp32 rounding of log2. One ulp above 2^k, k >= 4 or k <= -5, log2f rounds to k:
+    2^k, not 2^(k+1)."""
     s = _fp32_values(s, "s")
     if not np.all((s > 0) & np.isfinite(s)):
         raise ValueError("ue8m0_ceil_log2: scales must be positive and finite")
@@ -78,17 +79,20 @@ def ue8m0_ceil_log2(s):
 
 
 def _scaled(x, s, amax, variant):
-    """x/s in the formulation `variant` names (sem §2.2 table): each operation one fp32 rounding."""
+    """x/s in the formulation `variant` names (docs/semantics.md §2.2): each operation one fp32 rounding;
+    "mul_448_div_amax" is 448/amax as CUDA's fast math evaluates it, fl(448·MUFU.RCP(amax)) (hopper_rcp)."""
     if variant == "div":
         return x / s
     if variant == "mul_rcp_scale":
         return x * (np.float32(1) / s)
+    if variant == "mul_448_div_amax":
+        return x * (FP8_MAX * hopper_rcp(amax))
     return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
 
 
 def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", scale_formula="div448",
                               scale_fmt="fp32"):
-    """Per row and `group_size` columns: s = max(amax, eps)/448, q = e4m3fn(clamp(x/s, ±448)) (sem §2.2);
+    """Per row and `group_size` columns: s = max(amax, eps)/448, q = e4m3fn(clamp(x/s, ±448)) (docs/semantics.md §2.1);
     ue8m0: s -> 2^e by ue8m0_ceil, q = e4m3fn(x·2^-e) exact. [M, K] -> (q uint8 [M, K], s float32 [M, K/g]).
     amax ignores NaN; NaN -> NaN code; ±Inf makes s Inf and the group's codes NaN or zero."""
     x = _fp32_values(x, "x")
@@ -112,11 +116,16 @@ def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", sc
     return q.reshape(x.shape), s
 
 
-def weight_block_quant(w, block=128, *, eps=1e-10):
+def weight_block_quant(w, block=128, *, eps=1e-10, variant="div", scale_formula="div448", scale_fmt="fp32"):
     """DeepSeek weight quantization: per block×block tile of the last two dims s = max(amax, eps)/448 and
-    q = e4m3fn(clamp(w/s, ±448)); partial last tiles have a scale too (sem §3). [..., N, K] ->
-    (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8."""
+    q = e4m3fn(clamp(w/s, ±448)); partial last tiles have a scale too (docs/semantics.md §3). [..., N, K] ->
+    (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8; variant,
+    scale_formula and scale_fmt (ue8m0: s rounded up to a power of two, w/s exact) as there."""
     w = _fp32_values(w, "w")
+    for name, value, allowed in (("variant", variant, QUANT_VARIANTS), ("scale_formula", scale_formula,
+                                 SCALE_FORMULAS), ("scale_fmt", scale_fmt, SCALE_FMTS)):
+        if value not in allowed:
+            raise ValueError(f"{name}={value!r} is not one of {allowed}")
     if w.ndim < 2:
         raise ValueError(f"w must be [..., N, K], got shape {w.shape}")
     *lead, n, k = w.shape
@@ -124,13 +133,17 @@ def weight_block_quant(w, block=128, *, eps=1e-10):
     padded = np.zeros((*lead, nb * block, kb * block), np.float32)  # zeros never raise a tile's amax
     padded[..., :n, :k] = w
     tiles = padded.reshape(*lead, nb, block, kb, block)
-    s = _amax(tiles, axis=(-3, -1), floor=eps) / FP8_MAX
-    q = encode(np.clip(tiles / s[..., :, None, :, None], -FP8_MAX, FP8_MAX), E4M3FN)
+    amax = _amax(tiles, axis=(-3, -1), floor=eps)
+    s = amax / FP8_MAX if scale_formula == "div448" else amax * RCP448
+    if scale_fmt == "ue8m0":
+        s, variant = decode(ue8m0_ceil(s), E8M0), "div"  # a power of two: w/s is exact
+    per_tile = (slice(None),) * len(lead) + (slice(None), None, slice(None), None)
+    q = encode(np.clip(_scaled(tiles, s[per_tile], amax[per_tile], variant), -FP8_MAX, FP8_MAX), E4M3FN)
     return q.reshape(padded.shape)[..., :n, :k], s
 
 
 def weight_dequant(q, s, block=128):
-    """W[..., n, k] = e4m3fn(q[..., n, k]) · s[..., n // b, k // b], one fp32 multiply (sem §3)."""
+    """W[..., n, k] = e4m3fn(q[..., n, k]) · s[..., n // b, k // b], one fp32 multiply (docs/semantics.md §3)."""
     q = _codes(q, "q")
     s = _fp32_values(s, "s")
     *lead, n, k = q.shape
@@ -140,14 +153,16 @@ def weight_dequant(q, s, block=128):
     return E4M3_VALUES[q] * per_element
 
 
-def w13_block_quant(gate, up, *, half_order="gate_up", block=128):
-    """w13 from its halves, each block-quantized on its own (sem §3): gate, up [..., I, H] -> (q uint8
-    [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate")."""
+def w13_block_quant(gate, up, *, half_order="gate_up", block=128, **quantizer):
+    """w13 from its halves, each block-quantized on its own (docs/semantics.md §3): gate, up [..., I, H] -> (q uint8
+    [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate"); `quantizer`:
+    weight_block_quant's keywords."""
     if half_order not in HALF_ORDERS:
         raise ValueError(f"half_order={half_order!r} is not one of {HALF_ORDERS}")
     if np.shape(gate) != np.shape(up):
         raise ValueError(f"gate {np.shape(gate)} and up {np.shape(up)} must have the same shape")
-    halves = [weight_block_quant(h, block) for h in ((gate, up) if half_order == "gate_up" else (up, gate))]
+    ordered = (gate, up) if half_order == "gate_up" else (up, gate)
+    halves = [weight_block_quant(h, block, **quantizer) for h in ordered]
     return tuple(np.concatenate(parts, axis=-2) for parts in zip(*halves, strict=True))
 
 
@@ -218,15 +233,16 @@ def hopper_fp8_step(c, a, w):
 HOPPER_CHUNK_ELEMENTS = 1 << 22  # products per hopper_fp8_step call (32 MiB of float64)
 
 
-def hopper_block_sums(a, w, block):
+def hopper_block_sums_reference(a, w, block):
     """[M, N, K/block] block sums of a [M, K], w [N, K] (e4m3 values, float64), each block a chain of
-    hopper_fp8_step from 0 in ascending K; columns in chunks that bound the products' memory."""
+    hopper_fp8_step from 0 in ascending K; columns in chunks that bound the products' memory. The definition:
+    hopper_block_sums computes the same, faster."""
     (m, k), n = a.shape, w.shape[0]
     kb = -(-k // block)
     pad = ((0, 0), (0, kb * block - k))  # zero products leave a step unchanged
     a, w = np.pad(a, pad).reshape(m, kb, block), np.pad(w, pad).reshape(n, kb, block)
-    cols = max(1, HOPPER_CHUNK_ELEMENTS // (m * kb * HOPPER_CHUNK))
-    sums = []
+    cols = max(1, HOPPER_CHUNK_ELEMENTS // max(1, m * kb * HOPPER_CHUNK))
+    sums = [np.zeros((m, 0, kb))]
     for n0 in range(0, n, cols):
         c = np.zeros((m, min(cols, n - n0), kb))
         for j in range(0, block, HOPPER_CHUNK):
@@ -235,10 +251,93 @@ def hopper_block_sums(a, w, block):
     return np.concatenate(sums, axis=1)
 
 
+# 256^(e - 1) of each e4m3 code, e its exponent as hopper_fp8_step reads it (floor log2 |v|, -6 for subnormals);
+# 0 for the two zero codes; 256^-2 for the NaN codes (their sums are NaN whatever the alignment). A product of
+# two is 2^(8L - 16), L = e_a + e_w in [-12, 16]: from 2^-112 to 2^112, normal float32. Over one step the sum S
+# of those of the nonzero products lies in [2^(8E - 16), 32·2^(8E - 16)] (any rounding of a sum of positive terms
+# keeps it below the next power 2^(8E - 8)), so E = (floor(log2 S) + 16) >> 3: the step's alignment exponent, for
+# every output at once, from one matrix product.
+with np.errstate(invalid="ignore"):
+    _E4M3_EXPONENT = np.where(np.isnan(E4M3_VALUES), -1, np.maximum(np.frexp(E4M3_VALUES)[1] - 1, -6))
+E4M3_POW256 = np.where(E4M3_VALUES == 0, 0, np.ldexp(np.float32(1), 8 * _E4M3_EXPONENT - 8)).astype(np.float32)
+_ONES32 = np.ones(HOPPER_CHUNK, np.float32)
+
+
+def pair_table(table):
+    """Entry c0 + 256·c1 holds table[c0], table[c1] side by side (little-endian: c0 first in memory), so that
+    one gather decodes two adjacent codes: decode_pairs."""
+    c = np.arange(1 << 16)
+    return np.ascontiguousarray(np.stack([table[c & 0xFF], table[c >> 8]], axis=-1))
+
+
+def decode_pairs(pairs, pair_codes):
+    """pairs (a pair_table) at pair_codes (uint16 views of adjacent uint8 codes, any layout) -> the decoded
+    values, contiguous, [..., 2·last axis]: one gather per two codes."""
+    got = np.take(pairs.view(np.dtype((np.void, pairs.strides[0]))).ravel(), pair_codes, mode="clip")
+    return got.view(pairs.dtype).reshape(*pair_codes.shape[:-1], 2 * pair_codes.shape[-1])
+
+
+_E4M3_VALUE_PAIRS, _E4M3_POW256_PAIRS = pair_table(E4M3_VALUES), pair_table(E4M3_POW256)
+HOPPER_FAST_ELEMENTS = 1 << 17  # products per step and chunk of hopper_block_sums (512 KiB of float32: in L2)
+F32_BIAS, F32_FRACTION_BITS = 127, 23
+_NO_EXPONENT = 100  # a biased float32 exponent below every alignment (all values here are multiples of 2^-18)
+
+
+def _biased_exponent(x):
+    """The biased exponent field of float32 x (floor log2 |x| + 127 for normal x; 0 for ±0)."""
+    return (x.view(np.int32) >> F32_FRACTION_BITS) & 0xFF
+
+
+def hopper_block_sums(aq, wq, block=128):
+    """hopper_block_sums_reference on e4m3 codes aq [M, K], wq [N, K], bit for bit, in integer arithmetic: in
+    units u = 2^(E-13) of a step, every truncated term is an integer below 2^15 (a product is below 2^(E+2)) and
+    the carried-in sum one below 2^14, so their sum (< 2^20) is exact in float32 in any order. Per step, for
+    all outputs at once: E from one matrix product (E4M3_POW256) and the carried sum's exponent; the terms
+    trunc(a·w·u⁻¹) (u⁻¹ a power of two: exact); their sum by a product with ones; its truncation to 13
+    fraction bits by clearing the low 10 of float32's 23. Steps run in order within a block; blocks and columns
+    are independent. -> [M, N, K/block] float64."""
+    if block % HOPPER_CHUNK:
+        raise ValueError(f"block={block} must be a multiple of {HOPPER_CHUNK}")
+    (m, k), n = aq.shape, wq.shape[0]
+    steps, kb = block // HOPPER_CHUNK, -(-k // block)
+    if kb * block != k:
+        pad = ((0, 0), (0, kb * block - k))  # code 0 is +0: zero products leave a step unchanged
+        aq, wq = np.pad(aq, pad), np.pad(wq, pad)
+    sums = np.zeros((m, n, kb), np.float32)
+    if not (m and n and kb):
+        return sums.astype(np.float64)
+    keep = np.int32(-1 << (F32_FRACTION_BITS - HOPPER_FRACTION_BITS))  # sign, exponent, 13 fraction bits
+    a = E4M3_VALUES[aq.reshape(m, kb, steps, HOPPER_CHUNK).transpose(2, 0, 1, 3)]  # [step j, M, block, k]
+    a_pow = E4M3_POW256[aq].reshape(m, kb * steps, HOPPER_CHUNK).transpose(1, 0, 2)  # [block·j, M, k]
+    cols = min(n, max(1, HOPPER_FAST_ELEMENTS // (max(m, steps) * kb * HOPPER_CHUNK)))
+    for n0 in range(0, n, cols):
+        pairs = np.ascontiguousarray(wq[n0:n0 + cols]).view(np.uint16)  # two adjacent codes per gather
+        nc = len(pairs)
+        w = decode_pairs(_E4M3_VALUE_PAIRS, pairs.reshape(nc, kb, steps, HOPPER_CHUNK // 2).transpose(2, 0, 1, 3))
+        w_pow = decode_pairs(_E4M3_POW256_PAIRS, pairs.reshape(nc, kb * steps, HOPPER_CHUNK // 2)).transpose(1, 2, 0)
+        pow_sum = np.matmul(a_pow, w_pow).reshape(kb, steps, m, nc).transpose(1, 2, 3, 0)  # [j, M, nc, block]
+        e_products = np.where(pow_sum == 0, _NO_EXPONENT,  # biased E of the products, for every step
+                              ((_biased_exponent(pow_sum) - F32_BIAS + 16) >> 3) + F32_BIAS)
+        c = np.zeros((m, nc, kb), np.float32)
+        terms = np.empty((m, nc, kb, HOPPER_CHUNK), np.float32)
+        for j in range(steps):
+            e = np.maximum(e_products[j], _biased_exponent(c))  # c = 0: field 0, no part in E
+            inv_u = ((2 * F32_BIAS + HOPPER_FRACTION_BITS - e) << F32_FRACTION_BITS).view(np.float32)  # 2^(13-E)
+            np.multiply(a[j][:, None], w[j][None], out=terms)
+            terms *= inv_u[..., None]
+            np.trunc(terms, out=terms)
+            s = (terms.reshape(-1, HOPPER_CHUNK) @ _ONES32).reshape(c.shape) + np.trunc(c * inv_u)
+            c = (s.view(np.int32) & keep).view(np.float32) / inv_u
+        sums[:, n0:n0 + nc] = c
+    return sums.astype(np.float64)
+
+
 def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
-    """C[m,n] = Σ_b a_s[m,b]·w_s[n//128,b]·P_b, P_b = Σ_{k in block b} a[m,k]·w[n,k] (sem §3); fp64: in fp64.
+    """C[m,n] = Σ_b a_s[m,b]·w_s[n//128,b]·P_b, P_b = Σ_{k in block b} a[m,k]·w[n,k] (docs/semantics.md §3);
+    fp64: in fp64.
     fp32: C = fl(C + fl(fl(fl(P_b)·a_s)·w_s)), b ascending; hopper_fp8: as fp32, P_b accumulated by
-    hopper_fp8_step, 32 products at a time (the tensor core's e8m13 accumulator; fl(P_b) is then exact).
+    hopper_fp8_step, 32 products at a time (the tensor core's e8m13 accumulator; fl(P_b) is then exact), computed
+    by hopper_block_sums.
     P_b of e4m3 codes is exact in float64 (products are multiples of 2^-18 below 2^18: a sum of 128 fits 53
     bits). -> [M, N] float64 (fp64) or float32."""
     if acc not in GEMM_ACCS:
@@ -252,17 +351,16 @@ def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
     if a_s.shape != (m, kb) or w_s.shape != (-(-n // block), kb):
         raise ValueError(f"scales {a_s.shape}, {w_s.shape} must be [M, ceil(K/{block})], "
                          f"[ceil(N/{block}), ceil(K/{block})]")
-    a, w = E4M3_VALUES[aq].astype(np.float64), E4M3_VALUES[wq].astype(np.float64)
-    hopper = hopper_block_sums(a, w, block) if acc == "hopper_fp8" else None
+    if acc == "hopper_fp8":  # [K/block, M, N]: each P_b exact in float32
+        hopper = np.ascontiguousarray(hopper_block_sums(aq, wq, block).astype(np.float32).transpose(2, 0, 1))
+    else:
+        a, w = E4M3_VALUES[aq].astype(np.float64), E4M3_VALUES[wq].astype(np.float64)
+    w_scales = np.repeat(w_s, block, axis=0)[:n]  # [N, K/block]
     out = np.zeros((m, n), np.float64 if acc == "fp64" else np.float32)
     for b in range(kb):
         cols = slice(b * block, (b + 1) * block)
-        p = a[:, cols] @ w[:, cols].T if hopper is None else hopper[..., b]
-        w_scale = np.repeat(w_s[:, b], block)[:n]
-        if acc == "fp64":
-            out += p * a_s[:, b, None].astype(np.float64) * w_scale
-        else:
-            out += p.astype(np.float32) * a_s[:, b, None] * w_scale
+        p = hopper[b] if acc == "hopper_fp8" else (a[:, cols] @ w[:, cols].T).astype(out.dtype)
+        out += p * a_s[:, b, None].astype(out.dtype) * w_scales[:, b]
     return out
 
 

@@ -9,9 +9,14 @@ implementation's precision. Format names are those of spec/numerics.py ("fp64", 
 from dataclasses import asdict, dataclass, replace
 
 SIGMOIDS = ("exact", "expf", "tanh")
+EXPS = ("rn", "ex2")  # how exp is evaluated: correctly rounded, or CUDA fast-math __expf (spec/routing.py _exp)
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
-QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")  # spec/quant.py per_token_group_quant_fp8
-ACT_QUANT_VARIANTS = (*QUANT_VARIANTS, "mul_448_div_amax")  # + mono_moe's, in spec/layer.py
+# spec/quant.py per_token_group_quant_fp8: the three host formulations (correctly rounded operations, drawn by the
+# strategies) and the device one, x·fl(448·rcp(amax)) with the GPU's reciprocal (quant.hopper_rcp), which only
+# implementations that declare it in their `space` are given (mono_moe, SGLang's fast-math quantizer).
+HOST_QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
+QUANT_VARIANTS = (*HOST_QUANT_VARIANTS, "mul_448_div_amax")
+ACT_QUANT_VARIANTS = QUANT_VARIANTS
 REQUANT_GROUPS = (64, 128)
 SCALE_FORMULAS = ("div448", "mul_rcp448")
 GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")
@@ -25,6 +30,9 @@ SUBNORMALS = ("keep", "flush")
 # DeepSeek-V3's reference Gate, vLLM grouped_topk and SGLang select_experts (top-2 sum with a bias, max without).
 GROUP_SCORES = ("method", "top2_sum", "max", "top2_sum_if_biased")
 ROUTING_ARITHMETIC = ("fp32", "bf16", "fp16")  # routing_scores, routing_bias_add, routing_group_scores, routing_renorm
+# Among bit-identical routing keys (experts, or groups, whose keys come from bit-identical inputs): the lower index
+# is selected first, the higher one, or no promise (torch.topk). difftest.compare holds a declared rule exactly.
+TIE_RULES = ("lower_index", "higher_index", "unspecified")
 
 
 @dataclass(frozen=True)
@@ -36,12 +44,17 @@ class Recipe:
     which underflows to 0 below x ≈ -88.7); weights are written in ``routing_weights``;
     ``renorm_order`` is ``w/(Σ+eps)·rsf`` or ``w·rsf/(Σ+eps)`` (trtllm-gen). Sigmoid ``tanh`` is
     ``0.5·tanhf(0.5x) + 0.5`` (fused_topk_deepseek) with tanhf correctly rounded; it is exactly 0 below
-    x ≈ -18.02 (tanhf = -1).
+    x ≈ -18.02 (tanhf = -1). ``exp`` says how the exponentials of the sigmoid and the softmax are evaluated:
+    ``rn`` correctly rounded, ``ex2`` as CUDA's fast-math ``__expf`` (``-use_fast_math``: MUFU.EX2 of
+    fl(x·fl(log2 e)), spec/routing.py ``_exp``), whose rounded argument moves e^x by up to 2|x|·u relatively.
     Routing arithmetic (torch paths that compute in the logits' dtype): σ / softmax are evaluated in fp32 and
     stored in ``routing_scores``; s + bias is stored in ``routing_bias_add``; a top-2 group sum in
     ``routing_group_scores``; the weight sum, + eps, the divide and the rsf multiply each in ``routing_renorm``
     (torch's bf16 sum accumulates in fp32 and rounds once); the result is written in ``routing_weights``.
-    ``group_score`` names the grouped methods' group rule (GROUP_SCORES).
+    ``group_score`` names the grouped methods' group rule (GROUP_SCORES). ``tie_rule`` (TIE_RULES) is how the
+    selection orders experts (and groups) whose keys are bit-identical: "lower_index" first (the spec's own rule,
+    trtllm-gen, fused_topk_deepseek, mono_moe, moe_fused_gate), "higher_index" first, or "unspecified" (the
+    default: torch.topk promises no tie order), where any order among them is accepted.
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
     ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8``: the tensor core's truncating
     e8m13 accumulator inside each K block, spec.quant.hopper_fp8_step, then promotion to fp32); the
@@ -52,8 +65,12 @@ class Recipe:
     multiplies the stored expert output inside the finalize sum (trtllm-gen); "before_requant" multiplies
     the activation output (in ``act_out``) before the re-quantization (mono_moe). ``requant_group``: columns
     per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
-    ``mul_448_div_amax`` (mono_moe): NaN → 0, q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp the device's
-    reciprocal (quant.hopper_rcp), eps 1e-10.
+    ``mul_448_div_amax`` (mono_moe, SGLang's fast-math quantizer): q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp
+    the device's reciprocal (quant.hopper_rcp), eps 1e-10; mono_moe zeroes NaN inputs first.
+    Weight preparation (moe cases whose expert weights come unquantized, MoEConfig.expert_weights): fp8_block
+    weights are quantized per 128×128 tile (each half of a gated W13 on its own) with ``weight_quant_variant`` /
+    ``weight_scale_formula`` (spec.quant.weight_block_quant), mxfp8 weights by ``mx_rule``, nvfp4 weights with one
+    global scale per expert matrix (quant.nvfp4_global_scale), bf16 weights rounded to bf16.
     ``subnormals``: "keep" (IEEE gradual underflow at every store) or "flush" (FTZ/DAZ, CUDA kernels: any
     store whose exact value is below the format's min normal may be written as ±0, and an input subnormal may
     be read as 0). The spec's own values stay IEEE; "flush" only widens the hard/prob bounds
@@ -64,6 +81,7 @@ class Recipe:
     logits: str = "fp32"
     bias: str = "fp32"
     sigmoid: str = "exact"
+    exp: str = "rn"
     routing_weights: str = "fp32"
     renorm_order: str = "divide_then_scale"
     group_score: str = "method"
@@ -87,9 +105,12 @@ class Recipe:
     combine: str = "fp32"
     out: str = "bf16"
     subnormals: str = "keep"
+    tie_rule: str = "unspecified"
+    weight_quant_variant: str = "div"
+    weight_scale_formula: str = "div448"
 
     def __post_init__(self):
-        for field, allowed in (("sigmoid", SIGMOIDS), ("renorm_order", RENORM_ORDERS),
+        for field, allowed in (("sigmoid", SIGMOIDS), ("exp", EXPS), ("renorm_order", RENORM_ORDERS),
                                ("act_quant_variant", ACT_QUANT_VARIANTS), ("requant_variant", ACT_QUANT_VARIANTS),
                                ("requant_group", REQUANT_GROUPS),
                                ("act_scale_formula", SCALE_FORMULAS),
@@ -97,7 +118,9 @@ class Recipe:
                                ("mx_rule", MX_RULES), ("router_weight_at", ROUTER_WEIGHT_AT),
                                ("subnormals", SUBNORMALS), ("group_score", GROUP_SCORES),
                                ("routing_scores", ROUTING_ARITHMETIC), ("routing_bias_add", ROUTING_ARITHMETIC),
-                               ("routing_group_scores", ROUTING_ARITHMETIC), ("routing_renorm", ROUTING_ARITHMETIC)):
+                               ("routing_group_scores", ROUTING_ARITHMETIC), ("routing_renorm", ROUTING_ARITHMETIC),
+                               ("tie_rule", TIE_RULES), ("weight_quant_variant", QUANT_VARIANTS),
+                               ("weight_scale_formula", SCALE_FORMULAS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
 
@@ -115,33 +138,41 @@ class Recipe:
         return replace(self, **changes)
 
 
-# FlashInfer trtllm-gen BF16 (fi §1.1, sem §5.5): fp32 routing with bf16 weights written by the routing
-# kernel, activation fused into GEMM1's fp32 epilogue, bf16 GEMM2 output, fp32 finalize.
+# FlashInfer trtllm-gen BF16 (docs/semantics.md §5.1): fp32 routing with bf16 weights written by the routing
+# kernel, activation fused into GEMM1's fp32 epilogue, bf16 GEMM2 output, fp32 finalize. Ties: the routing
+# kernels' TopKRedType packs (score bits, 65535 − index) into one key, so equal scores go to the lower index
+# (docs/trtllm_gen_routing.md §2; groups likewise).
 TRTLLM_BF16 = Recipe(name="flashinfer_trtllm_bf16", routing_weights="bf16",
-                     renorm_order="scale_then_divide", gemm1_out="fp32", router_weight_at="combine")
+                     renorm_order="scale_then_divide", gemm1_out="fp32", router_weight_at="combine",
+                     tie_rule="lower_index")
 
-# FlashInfer trtllm-gen FP8 block (DeepSeekFp8, fi §1.3, sem §4.3): hidden states quantized by the caller
+# FlashInfer trtllm-gen FP8 block (DeepSeekFp8, docs/semantics.md §4.3, §5.1): hidden states quantized by the caller
 # (SGLang's JIT kernel: s = amax·fl(1/448), q = x·fl(448·fl(1/amax))), activation in fp32, intermediate
 # re-quantized 1×128 inside the kernel, bf16 routing weights.
 TRTLLM_FP8_BLOCK = Recipe(name="flashinfer_trtllm_fp8_block", routing_weights="bf16",
                           renorm_order="scale_then_divide", act_quant_variant="mul_rcp_amax",
-                          act_scale_formula="mul_rcp448", gemm1_out="fp32", router_weight_at="combine")
+                          act_scale_formula="mul_rcp448", gemm1_out="fp32", router_weight_at="combine",
+                          tie_rule="lower_index")
 
-# FlashInfer mono_moe (SM90a block-FP8 single kernel, fi §1.10; impls/flashinfer/mono_moe.py RECIPE_FIELDS, read
-# in the 0.7.2.post1 sources): bf16 logits, __expf sigmoid, weights times fl(1/Σ); quantizer x·(448/amax),
-# s = amax·fl(1/448); fp32 GEMM1 output and activation; router weight before the 1×64 re-quantization;
+# FlashInfer mono_moe (SM90a block-FP8 single kernel, docs/semantics.md §5.4; impls/flashinfer/mono_moe.py
+# RECIPE_FIELDS, read in the 0.7.2.post1 sources): bf16 logits, __expf sigmoid, weights times fl(1/Σ); quantizer
+# x·(448/amax), s = amax·fl(1/448); fp32 GEMM1 output and activation; router weight before the 1×64 re-quantization;
 # Hopper FP8 accumulation; fp32 expert outputs summed by fp32 atomicAdd, one bf16 write.
 # Not stated: its divisions are w·fl(1/Σ) (≤ 1 ulp from w/Σ, inside bounds.routing_weights) and __expf is
 # ex2.approx (2 + 1.16|x| ulps, inside bounds.C_EVAL for |x| ≤ 5; routing-weight bound γ_{E+k+8} covers more).
-MONO_MOE = Recipe(name="flashinfer_mono_moe", logits="bf16", sigmoid="expf",
+# Ties: moe_routing.cuh warp_min_expert_with_max takes the smallest expert id among the lanes holding the maximum.
+MONO_MOE = Recipe(name="flashinfer_mono_moe", logits="bf16", sigmoid="expf", tie_rule="lower_index",
                   act_quant_variant="mul_448_div_amax", act_scale_formula="mul_rcp448", gemm_acc="hopper_fp8",
                   gemm1_out="fp32", act_out="fp32", requant_group=64, requant_variant="mul_448_div_amax",
                   requant_scale_formula="mul_rcp448", router_weight_at="before_requant", expert_out="fp32")
 
-# FlashInfer fused_topk_deepseek (fi §1.8, noAuxTcKernels.cu): s = 0.5·tanhf(0.5x) + 0.5, fp32 keys and bias,
-# w = (s·rsf)/(Σs + 1e-20) in double, rounded once to the logits' dtype (fp32 here; the _bf16 row for bf16
-# logits). Routing only: the layer fields keep their defaults.
-FUSED_TOPK_DEEPSEEK = Recipe(name="flashinfer_fused_topk_deepseek", sigmoid="tanh", renorm_order="scale_then_divide")
+# FlashInfer fused_topk_deepseek (docs/semantics.md §5.3, noAuxTcKernels.cu): s = 0.5·tanhf(0.5x) + 0.5, fp32
+# keys and bias, w = (s·rsf)/(Σs + 1e-20) in double, rounded once to the logits' dtype (fp32 here; the _bf16 row
+# for bf16 logits). Routing only: the layer fields keep their defaults. Ties: reduceTopK on TopKRedType
+# (moeTopKFuncs.cuh: 65535 − index in the low bits) and, on the SM100 "cake" path, redux.sync.min over the
+# indices holding the maximum: the lower expert (and group) index.
+FUSED_TOPK_DEEPSEEK = Recipe(name="flashinfer_fused_topk_deepseek", sigmoid="tanh", renorm_order="scale_then_divide",
+                             tie_rule="lower_index")
 FUSED_TOPK_DEEPSEEK_BF16 = FUSED_TOPK_DEEPSEEK.but(name="flashinfer_fused_topk_deepseek_bf16", logits="bf16",
                                                    routing_weights="bf16")
 
@@ -150,8 +181,10 @@ FUSED_TOPK_DEEPSEEK_BF16 = FUSED_TOPK_DEEPSEEK.but(name="flashinfer_fused_topk_d
 # (jit/core.py:708,746), so tanhf is tanh.approx.f32 and stores flush subnormals (FTZ); weights written in bf16
 # (runner.cu:76,124,163,228,277); w = s·rsf/(Σs + 1e-20) (deepseek.cu:338, RoutingCustomPolicy.cuh:477). The
 # routingCustom and Llama4 kernels read the bias as fp32 (RoutingCustomPolicy.cuh:232, loadScalar returns float).
+# Ties: TopKRedType (lower index, groups too); Llama4's lane-local `>` scan keeps a lane's first maximum, then the
+# warp reduction the lower index (llama4.cu:41-63).
 TRTLLM_GEN_ROUTING = Recipe(name="flashinfer_trtllm_gen_routing", sigmoid="tanh", routing_weights="bf16",
-                            renorm_order="scale_then_divide", subnormals="flush")
+                            renorm_order="scale_then_divide", subnormals="flush", tie_rule="lower_index")
 # As built, DeepSeekV3 with n_group > 1 differs: routingDeepSeek's main kernel converts the bias to the bf16 weight
 # type before adding it to the fp32 sigmoid (deepseek.cu:159-162, biasVal is OutputT), so keys move by up to half
 # a bf16 ulp of the bias. The FP32 correction bias is the declared semantics (FlashInfer's own routingCustom path,
@@ -184,17 +217,33 @@ TRTLLM_GEN_NOGEMM_AS_BUILT = tuple(r.but(name=r.name + "_grouped_as_built", bias
                                    for r in (TRTLLM_GEN_NOGEMM_BF16, TRTLLM_GEN_NOGEMM_FP8_BLOCK))
 
 
-# SGLang Triton FP8 block path (sem §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
-# bf16 intermediate caches, router weight in GEMM2's fp32 epilogue, fp32 moe_sum_reduce.
+# SGLang Triton FP8 block path (docs/semantics.md §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
+# bf16 intermediate caches, router weight in GEMM2's fp32 epilogue, fp32 moe_sum_reduce. Ties unspecified: its
+# select_experts routes through moe_fused_gate (lower index) or the torch-native biased_grouped_topk (torch.topk).
 SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_variant="mul_rcp_amax",
                                  act_scale_formula="mul_rcp448", gemm_acc="hopper_fp8",
                                  requant_variant="mul_rcp_amax", requant_scale_formula="mul_rcp448")
 
+# SGLang's own CUDA kernels as sglang-kernel 0.4.4 ships them for SM90 (sgl_kernel/sm90/common_ops.abi3.so, built
+# with -use_fast_math; docs/sglang.md has the source and SASS reading). moe_fused_gate (csrc/moe/moe_fused_gate.cu),
+# instantiated for the logits' dtype T, the bias read as T: σ = 1/(1 + __expf(-x)) (MUFU.EX2, MUFU.RCP) rounded to
+# T, s + b in T, the top-2 group sums in T, keys compared in T, ties to the lower expert / group index; weights the
+# selected σ in fp32, summed in selection order in fp32, w·rcp(Σ), times rsf in double when it is applied. SGLang
+# calls it with the logits cast to fp32 and its fp32 correction bias (the fp32 row); the bf16 instantiation with the
+# bias cast to the logits' bf16 is the pre-fix path. CUDA stores flush subnormals.
+SGLANG_MOE_FUSED_GATE = Recipe(name="sglang_moe_fused_gate", sigmoid="expf", exp="ex2", subnormals="flush")
+SGLANG_MOE_FUSED_GATE_BF16 = SGLANG_MOE_FUSED_GATE.but(
+    name="sglang_moe_fused_gate_bf16", logits="bf16", bias="bf16", routing_scores="bf16", routing_bias_add="bf16",
+    routing_group_scores="bf16")
+# topk_softmax (csrc/moe/moe_topk_softmax_kernels.cu): fp32 softmax of the logits with __expf, Σ in fp32 (warp
+# butterfly or block reduce), p·rcp(Σ); top-k by iterated argmax, ties to the lower index; renormalize: w·rcp(Σ w).
+SGLANG_TOPK_SOFTMAX = Recipe(name="sglang_topk_softmax", exp="ex2", subnormals="flush")
+
 # The project's torch eager implementation (impls/torch_eager/recipe.py declares the same, per quant path;
 # tests/test_recipes.py holds the two equal): exact fp32 sigmoid, bf16 GEMM1/activation/expert stores, the
 # intermediate re-quantized 1×128 (1×32, 1×16 for mxfp8, nvfp4) from its bf16 value, router weight on GEMM2's
-# fp32 output, fp32 combine.
-TORCH_EAGER_FP8_BLOCK = Recipe(name="torch_eager_fp8_block")
+# fp32 output, fp32 combine; ties to the lower index (a stable descending sort).
+TORCH_EAGER_FP8_BLOCK = Recipe(name="torch_eager_fp8_block", tie_rule="lower_index")
 TORCH_EAGER_BF16 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_bf16", requant_intermediate=False)
 TORCH_EAGER_MXFP8 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_mxfp8")
 TORCH_EAGER_NVFP4 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_nvfp4")
@@ -206,14 +255,15 @@ TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_
 NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK_DEEPSEEK, FUSED_TOPK_DEEPSEEK_BF16,
                               TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT, TRTLLM_GEN_NOGEMM_BF16,
                               TRTLLM_GEN_NOGEMM_FP8_BLOCK, *TRTLLM_GEN_NOGEMM_AS_BUILT,
-                              SGLANG_TRITON_FP8_BLOCK, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
+                              SGLANG_TRITON_FP8_BLOCK, SGLANG_MOE_FUSED_GATE, SGLANG_MOE_FUSED_GATE_BF16,
+                              SGLANG_TOPK_SOFTMAX, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
                               TORCH_EAGER_NVFP4, *TORCH_EAGER_CUDA)}
 
 
 # ---- Routing arithmetic of the reference torch paths (issue 19), written from their public sources. With fp32
 # logits every step is fp32; with bf16 logits σ is computed in bf16, the fp32 bias parameter promotes s + b to
 # fp32, and the weights (gathered from the bf16 s) are summed, divided and scaled in bf16. Layer fields keep
-# their defaults: these recipes describe routing only.
+# their defaults: these recipes describe routing only. Ties unspecified: each selects with torch.topk.
 # DeepSeek-V3 inference/model.py Gate.forward: scores.sigmoid() in x's dtype, `scores + self.bias` (float32
 # parameter), group score amax without a bias, topk(2).sum with one; `weights /= weights.sum()`,
 # `weights *= route_scale`, returned `.type_as(x)` (bf16 weights for bf16 x). score_func "sigmoid" (deepseek_v3);

@@ -38,8 +38,8 @@ def gated_activation(x, alpha=1.0, beta=0.0, clamp_limit=np.inf):
 
 
 def deepseek_scale(amax, floor=FP32.min_normal):
-    """s = max(fl32(amax·fl32(1/448)), floor): the dev kernels' block scale, a multiply; the activation floors it
-    at FLT_MIN = 2^-126, finalize_deepseek_fp8 not at all (floor 0)."""
+    """s = max(fl32(amax·fl32(1/448)), floor): the dev kernels' block scale, a multiply, floored at
+    FLT_MIN = 2^-126 so that an all-zero block stores zeros (floor 0 is the unfloored scale: s = 0 there)."""
     return np.maximum(round_to(round_to(amax, FP32) * RCP448, FP32), np.float32(floor))
 
 
@@ -78,8 +78,9 @@ def finalize(x, expanded_idx_to_permuted_idx, expert_weights=None, hidden=None, 
 
 def finalize_deepseek_fp8(x, x_scale, expanded_idx_to_permuted_idx, expert_weights, hidden=None):
     """finalize with the weight of column h fl32(w[t, k]·x_scale[h // 128, p(t, k)]): block-dequantize and combine
-    in one product. x [P, H_padded] (values), x_scale [H_padded/128, P] -> [T, hidden] float64, exact; the kernel
-    then stores requant_deepseek_fp8(·, floor=0, fmt=x's dtype)."""
+    in one product. x [P, H_padded] (values), x_scale [H_padded/128, P] -> [T, hidden] float64, exact; then
+    stored as requant_deepseek_fp8(·, fmt=x's dtype), floored like the activation's requantization: an all-zero
+    block (a token with no local expert, for one) stores scale 2^-126 and zeros, not 0·rcp(0) = NaN."""
     e2p = np.asarray(expanded_idx_to_permuted_idx)
     s = np.repeat(np.asarray(x_scale, np.float64).T, DEEPSEEK_BLOCK, axis=1)[np.maximum(e2p, 0)]  # [T, K, H]
     w = round_to(np.asarray(expert_weights, np.float64)[..., None] * s, FP32).astype(np.float64)

@@ -88,6 +88,8 @@ def _fp32_layer(mm):
 def _fp32_unsupported(case):
     if case.op != "moe" or case.config.quant != "bf16" or case.config.hidden_dtype != "bf16":
         return "fp32-store plug-ins: moe bf16 path with bf16 hidden states only"
+    if case.config.expert_weights != "prepared":
+        return "fp32-store plug-ins: prepared (bf16) expert weights only, they prepare no weights of their own"
     return None
 
 

@@ -23,7 +23,7 @@ FP32_STORES = Recipe(name="fp32_stores", gemm1_out="fp32", act_out="fp32", exper
 
 
 def test_gamma_and_accumulation_coefficients():
-    """testing_anchors §6.3 table: fp32 γ_128 = 7.6e-6, γ_7168 = 4.3e-4; hopper adds γ_128(2^-13) = 1.6e-2."""
+    """docs/semantics.md §6: fp32 γ_128 = 7.6e-6, γ_7168 = 4.3e-4; hopper adds γ_128(2^-13) = 1.6e-2."""
     assert bounds.gamma(128, 2.0**-24) == pytest.approx(7.63e-6, rel=1e-3)
     assert bounds.gamma(7168, 2.0**-24) == pytest.approx(4.27e-4, rel=1e-2)
     assert bounds.gamma(2**24, 2.0**-24) == math.inf
@@ -180,8 +180,8 @@ def test_scale_motion_charges_a_group_once():
 @settings(deadline=None, max_examples=20)
 @given(seed=st.integers(0, 2**32 - 1), signed=st.booleans(), spread=st.sampled_from([1.0, 100.0]))
 def test_hopper_truncation_bounds_the_tensor_core(seed, signed, spread):
-    """hopper_truncation bounds |B_b(a') − Σ a'·w| of the emulated tensor core (quant.hopper_block_sums) for codes
-    a' within flips of a, and stays well below γ_128(2^-13)·Σ|a'w| on cancelling data."""
+    """hopper_truncation bounds |B_b(a') − Σ a'·w| of the emulated tensor core (quant.hopper_block_sums_reference)
+    for codes a' within flips of a, and stays well below γ_128(2^-13)·Σ|a'w| on cancelling data."""
     rng = np.random.default_rng(seed)
     enc = lambda x: quant.E4M3_VALUES[encode(x, E4M3FN, saturate=True)].astype(np.float64)
     a, w = enc(rng.standard_normal((4, 256)) * spread), enc(rng.standard_normal((32, 256)) * spread)
@@ -193,7 +193,7 @@ def test_hopper_truncation_bounds_the_tensor_core(seed, signed, spread):
         moved = enc(a + rng.uniform(-1, 1, a.shape) * flips)
         moved = np.where(np.abs(moved - a) <= flips, moved, a)
         exact = np.einsum("mbk,nbk->mnb", moved.reshape(4, 2, 128), w.reshape(32, 2, 128))
-        assert np.all(np.abs(quant.hopper_block_sums(moved, w, 128) - exact) <= eps)
+        assert np.all(np.abs(quant.hopper_block_sums_reference(moved, w, 128) - exact) <= eps)
     gamma = bounds.gamma(128, 2.0**-13) * np.einsum("mbk,nbk->mnb", np.abs(a).reshape(4, 2, 128),
                                                      np.abs(w).reshape(32, 2, 128))
     assert np.median(eps / gamma) < (0.5 if signed else 1.0)
@@ -204,7 +204,7 @@ def test_hopper_truncation_is_reached():
     each later product 22.5² = 506.25 lies below the 2^(22-13) = 512 grid and is truncated to 0. The block sum
     loses 96·506.25, more than half the bound."""
     a = np.array([[448.0] * 32 + [22.5] * 96])
-    lost = np.abs(quant.hopper_block_sums(a, a, 128) - (a * a).sum())
+    lost = np.abs(quant.hopper_block_sums_reference(a, a, 128) - (a * a).sum())
     assert lost == 96 * 506.25
     assert 0.5 < lost / bounds.hopper_truncation(a, a, np.zeros_like(a)) <= 1
 

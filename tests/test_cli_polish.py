@@ -2,6 +2,8 @@
 mutants included) and starts nothing; replay prints one line per fixture (the implementations that do not
 apply grouped by reason) and a closing summary; the fuzz summary explains the error/bound ratio."""
 
+import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +27,7 @@ def test_bare_invocation_prints_help_and_runs_nothing(tmp_path):
     r = difftest(cwd=tmp_path)
     assert r.returncode == 0 and time.monotonic() - t0 < 30, r.stderr
     assert "{fuzz,replay,report,merge,impls,show,mutants}" in r.stdout and "mutation self-test" in r.stdout
+    assert "The main job: python -m difftest fuzz (120 s" in r.stdout
     assert not (tmp_path / "runs").exists()
 
 
@@ -92,3 +95,137 @@ def test_zero_token_ue8m0_packed_case_is_compared_not_skipped_with_a_numpy_error
     case = Case("quant", QuantConfig("fp8_group", 0, 640, 128, scale_fmt="ue8m0", layout="ue8m0_packed"),
                 "normal", 1)
     assert check.run_case(interface.load("torch"), case).status == "pass"
+
+
+FAST_USAGE_ERRORS = [
+    ["fuzz", "--model", "deepseek"],
+    ["fuzz", "--workers", "0"],
+    ["fuzz", "--max-examples", "0"],
+    ["fuzz", "--time-budget", "-1"],
+    ["fuzz", "--timeout", "nan"],
+    ["fuzz", "--where", "no_such_field=1"],
+    ["fuzz", "--where", "top_k=3..1"],
+    ["fuzz", "--known", "/no/such/fixtures"],
+    ["fuzz", "--impl", "no_such_impl"],
+    ["fuzz", "--op", "no_such_op"],
+    ["fuzz", "--db", "redis://localhost:no_port"],
+    ["replay", "--timeout", "nan", "/no/such/fixture"],
+    ["replay", "/no/such/fixture"],
+    ["show", "/no/such/fixture"],
+    ["report", "/no/such/run"],
+]
+
+
+def test_usage_errors_fail_before_torch_or_any_kernel_library_is_imported(tmp_path):
+    """A typo is answered at once: no usage error waits for torch (seconds to import) or a kernel library.
+    Checked by what was imported, not by the clock (the suite holds no timed assertions)."""
+    probe = ("import json, sys\nfrom difftest import cli\nrcs = [cli.main(a) for a in json.loads(sys.argv[1])]\n"
+             "print(json.dumps([rcs, sorted(m for m in ('torch', 'flashinfer') if m in sys.modules)]))")
+    r = subprocess.run([sys.executable, "-c", probe, json.dumps(FAST_USAGE_ERRORS)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr  # a traceback: some usage error escaped as an exception
+    rcs, imported = json.loads(r.stdout.splitlines()[-1])
+    assert rcs == [2] * len(FAST_USAGE_ERRORS) and imported == [], (rcs, imported, r.stderr)
+    errors = r.stderr.splitlines()
+    assert len(errors) == len(FAST_USAGE_ERRORS) and all(e.startswith("difftest: error: ") for e in errors), errors
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_spec_precondition_is_a_refusal_in_the_specs_words():
+    import pytest
+
+    from difftest import generate, impl_spec
+    from difftest.case import Case, CaseError, QuantConfig
+
+    case = Case("quant", QuantConfig("nvfp4", 2, 64, group_size=16), "nonfinite", 3)
+    with pytest.raises(CaseError, match=r"^spec refuses: nvfp4_quant: x must be finite \(e2m1 has no NaN or Inf\)$"):
+        impl_spec.expected(case, generate.inputs(case), None)
+
+
+def test_a_numpy_error_inside_the_spec_is_an_error_not_a_skip(monkeypatch):
+    """The reshape of an empty array that once made a skip reason: now a finding that names the comparison."""
+    import numpy as np
+
+    from difftest import check, impl_spec, interface
+    from difftest.case import Case, QuantConfig
+    from spec import layouts, numerics
+
+    def old_pack_ue8m0(codes):  # how pack_ue8m0 failed on 0 tokens
+        return codes.reshape(codes.shape[0], -1, 4)
+
+    monkeypatch.setattr(layouts, "pack_ue8m0", old_pack_ue8m0)
+    case = Case("quant", QuantConfig("fp8_group", 0, 640, 128, scale_fmt="ue8m0", layout="ue8m0_packed"),
+                "normal", 1)
+    r = check.run_case(interface.load("torch"), case)
+    assert r.status == "error" and r.message.startswith("comparison raised ValueError: cannot reshape"), r
+    assert "(spec or difftest, not torch)" in r.message
+    try:  # the same kind of numpy error raised on a line of spec/ itself is no precondition either
+        numerics.round_to(np.array(["x"]), "bf16")
+    except ValueError as e:
+        assert not impl_spec.spec_precondition(e)
+    try:
+        numerics.encode(np.array([3.0]), "e8m0")
+    except ValueError as e:
+        assert impl_spec.spec_precondition(e)
+
+
+def test_runs_are_compressed_and_rows_of_an_older_plain_run_are_kept(tmp_path):
+    """cases.jsonl.gz, not ~24 MB of plain rows per 2 minutes; a directory of an older run (plain cases.jsonl)
+    resumed into keeps its rows, now compressed, and report reads both forms."""
+    from difftest import campaign, report, rundir
+    from difftest.case import Case, RoutingConfig
+    from difftest.check import Result
+
+    out = tmp_path / "run"
+    out.mkdir()
+    old = campaign.case_row("torch", Case("routing", RoutingConfig("topk", 2, 8, 2), "normal", 7),
+                            Result("pass", 0.5, ""))
+    (out / "cases.jsonl").write_text(json.dumps(old) + "\n")
+    assert report.read_run(out)[0] == [old]  # the plain file of an older run reads as it is
+    r = difftest("fuzz", "--impl", "torch", "--op", "routing", "--max-examples", "3", "--workers", "1",
+                 "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (out / "cases.jsonl").exists() and not list(out.glob("cases-*.jsonl"))
+    rows = [json.loads(line) for line in gzip.decompress((out / "cases.jsonl.gz").read_bytes()).splitlines()]
+    assert rows[0] == old and len(rows) > 1 and rundir.read_lines(out) == [json.dumps(r) for r in rows]
+    assert json.loads((out / "summary.json").read_text())["cases"] == len(rows)
+    assert json.loads((out / "report.json").read_text())["totals"]["cases"] == len(rows)
+    assert (out / "cases.jsonl.gz").stat().st_size < len(gzip.decompress((out / "cases.jsonl.gz").read_bytes())) / 3
+    r = difftest("replay", str(out))  # a run directory: its fixtures (none here: replaying nothing is no pass)
+    assert r.returncode == 2 and "no fixtures found" in r.stderr, r.stdout + r.stderr
+
+
+def test_replay_of_a_run_directory_replays_its_fixtures(tmp_path):
+    from difftest import cli
+
+    shutil.copytree(ROOT / "fixtures" / "K03_raw_logit_weights", tmp_path / "run" / "fixtures" / "K03")
+    assert cli._fixture_paths([tmp_path / "run"]) == [tmp_path / "run" / "fixtures" / "K03"]
+
+
+def test_a_cut_off_gzip_is_a_one_line_error(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    whole = gzip.compress(b'{"op": "routing"}\n' * 50)
+    (out / "cases.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    for args in (("report", str(out)), ("merge", str(out), "--out", str(tmp_path / "merged"))):
+        r = difftest(*args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "cases.jsonl.gz: not a complete gzip file" in r.stderr, r.stderr
+
+
+def test_a_finding_two_workers_recorded_is_printed_once():
+    from difftest import cli
+
+    def finding(fixture, kind, field, earlier=False):
+        return {"op": "routing", "impl": "mine", "kind": kind, "earlier": earlier, "fixture": fixture,
+                "message": f"{field} is off\nreplay: python -m difftest replay {fixture}",
+                "signature": ["routing", "mine", kind, field]}
+
+    lines = "\n".join(cli.finding_lines([finding("run/a", "error", "ValueError"),
+                                         finding("run/b", "mismatch", "weights"),
+                                         finding("run/c", "error", "ValueError"),
+                                         finding("old/d", "error", "ValueError", earlier=True)])).splitlines()
+    assert [line.split(" ")[0] for line in lines] == ["FINDING", "replay:", "", "FINDING", "replay:", "FINDING",
+                                                      "replay:"]
+    assert lines[2] == "  (the same finding, recorded by another worker too: run/c)"
+    assert lines[5].startswith("FINDING [routing, mine, error, earlier]")

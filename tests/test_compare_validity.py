@@ -120,3 +120,66 @@ def test_validity_can_reject():
     recipe = Recipe(name="validity")
     spec = impl_spec.route(config, inputs, recipe)
     assert [S for S in range(4) if _accepted(config, inputs, recipe, spec, (S,))] == [3]
+
+
+# ---- the declared tie rule (Recipe.tie_rule) against a model of every correct implementation of it
+
+
+def model_selection(config, inputs, keys, delta, shifts, rule):
+    """One correct implementation of `rule`: keys moved by shifts·δ per class of bit-identical inputs (so equal
+    inputs keep equal keys), group scores the exact top-2 sum (or max) of those keys, groups then experts
+    selected by (key desc, index by the rule). -> frozenset of ids."""
+    E, G, tg, k = config.num_experts, config.n_group, config.topk_group, config.top_k
+    per = E // G
+    bits = inputs["logits"][0].view(np.uint32).tolist()
+    bias = inputs["bias"].view(np.uint32).tolist() if "bias" in inputs else [0] * E
+    classes = {c: n for n, c in enumerate(sorted(set(zip(bits, bias, strict=True))))}
+    moved = [float(keys[e]) + shifts[classes[(bits[e], bias[e])] % len(shifts)] * delta for e in range(E)]
+    order = (lambda i: i) if rule == "lower_index" else (lambda i: -i)
+    masked = moved
+    if G > 1:
+        top2 = config.method == "deepseek_v3" and per > 1  # the recipe's group_score "method"
+        scores = [sum(sorted(moved[g * per:(g + 1) * per], reverse=True)[:2 if top2 else 1]) for g in range(G)]
+        kept = sorted(range(G), key=lambda g: (-scores[g], order(g)))[:tg]
+        masked = [v if e // per in kept else (config.group_mask_value if config.method == "deepseek_v2" else -math.inf)
+                  for e, v in enumerate(moved)]
+    return frozenset(sorted(range(E), key=lambda e: (-masked[e], order(e)))[:k])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=routing_problems(), shifts=st.lists(st.sampled_from((-1.0, -0.5, 0.0, 0.5, 1.0)), min_size=8,
+                                                     max_size=8), rule=st.sampled_from(("lower_index", "higher_index")))
+def test_a_declared_tie_rule_accepts_every_correct_implementation_of_it(problem, shifts, rule):
+    """No false positive: whatever a correct implementation of the declared rule selects (its keys within δ of the
+    float64 ones, bit-identical inputs giving bit-identical keys) passes check_ids with that rule."""
+    config, inputs, recipe = problem
+    recipe = recipe.but(group_score="method")
+    keys, _, delta, _ = compare.keys64(config, inputs, recipe)
+    S = model_selection(config, inputs, keys[0], delta[0], shifts, rule)
+    ids = np.array([sorted(S)], np.int64)
+    v, _, _ = compare.check_ids(config, inputs, ids, recipe.but(tie_rule=rule), "tie rule")
+    assert v.ok, v.message
+
+
+def test_a_declared_tie_rule_rejects_the_other_order():
+    """Bit-identical experts, and bit-identical groups, taken in the order the recipe does not declare."""
+    sigmoid = RoutingConfig(method="sigmoid", num_tokens=1, num_experts=4, top_k=1)
+    x = {"logits": np.array([[1.0, 0.0, 1.0, 0.0]], np.float32)}
+    grouped = RoutingConfig(method="deepseek_v3", num_tokens=1, num_experts=4, top_k=1, n_group=2, topk_group=1)
+    for config, first, second in ((sigmoid, 0, 2), (grouped, 0, 2)):  # grouped: groups {0, 1} and {2, 3} tie
+        lower, higher = Recipe(name="t", tie_rule="lower_index"), Recipe(name="t", tie_rule="higher_index")
+        assert compare.check_ids(config, x, np.array([[first]]), lower, "t")[0].ok
+        v, _, _ = compare.check_ids(config, x, np.array([[second]]), lower, "t")
+        assert not v.ok and "bit-identical" in v.message and ("groups" in v.message) == (config is grouped), v.message
+        assert compare.check_ids(config, x, np.array([[second]]), higher, "t")[0].ok
+        assert not compare.check_ids(config, x, np.array([[first]]), higher, "t")[0].ok
+        assert compare.check_ids(config, x, np.array([[second]]), Recipe(name="t"), "t")[0].ok  # unspecified
+
+
+def test_keys_that_merely_round_equal_are_no_declared_tie():
+    """Logits 0 and −300 / −200 give fp32 softmax keys 1, 0, 0 (kernels ranking by logit pick expert 2): not
+    bit-identical inputs, so the rule does not apply to them (tests/test_reference_semantics.py)."""
+    config = RoutingConfig(method="renormalize_naive", num_tokens=1, num_experts=3, top_k=2)
+    x = {"logits": np.array([[0.0, -300.0, -200.0]], np.float32)}
+    v, _, _ = compare.check_ids(config, x, np.array([[0, 2]]), Recipe(name="t", tie_rule="lower_index"), "t")
+    assert v.ok, v.message

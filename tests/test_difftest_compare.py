@@ -60,12 +60,28 @@ def _reversed_ties(case, inputs):
     return {"ids": ids, "weights": r.weights}
 
 
+def declaring(rule, run):
+    """impl(run) whose recipe declares the tie rule `rule`."""
+    return impl(run)._replace(recipe=lambda case: impl_spec.DEFAULT.but(tie_rule=rule))
+
+
+@pytest.mark.parametrize("rule", ["higher_index", "unspecified"])
 @pytest.mark.parametrize("method", ["sigmoid", "deepseek_v3", "renormalize_naive", "topk"])
-def test_ties_broken_the_other_way_pass_as_near_ties(method):
+def test_ties_broken_the_other_way_pass_as_near_ties(method, rule):
+    """Reversed ties are valid where the recipe declares them (exactly) or promises no order."""
     cfg = RoutingConfig(method, 16, 16, 4, *((4, 2) if method == "deepseek_v3" else (1, 1)))
-    r = check.run_case(impl(_reversed_ties), Case("routing", cfg, "exact_ties", 3))
+    r = check.run_case(declaring(rule, _reversed_ties), Case("routing", cfg, "exact_ties", 3))
     assert r.status == "pass", r.message
     assert r.near_ties > 0
+
+
+@pytest.mark.parametrize("method", ["sigmoid", "deepseek_v3", "renormalize_naive", "topk"])
+def test_ties_broken_the_other_way_fail_a_declared_lower_index_rule(method):
+    """The same selections, declared "lower_index" (the spec, torch, trtllm-gen): bit-identical keys are
+    compared exactly against the rule."""
+    cfg = RoutingConfig(method, 16, 16, 4, *((4, 2) if method == "deepseek_v3" else (1, 1)))
+    r = check.run_case(declaring("lower_index", _reversed_ties), Case("routing", cfg, "exact_ties", 3))
+    assert r.status == "fail" and "bit-identical" in r.message and "lower index" in r.message, r.message
 
 
 def test_a_clearly_worse_expert_fails():
@@ -317,3 +333,12 @@ def test_softmax_weights_carry_the_rounded_exponent():
         w2[0, i] = np.float32(w[0, i] + factor * (exact - float(w[0, i])))
         out = {"ids": spec["ids"], "weights": w2}
         assert compare.compare_routing(case, {"logits": logits}, out, None, "t").ok is ok
+
+
+def test_packed_scale_words_are_compared_as_integers_not_through_float32():
+    """Two UE8M0 words one code apart in the low byte are the same float32 value (2^30 + 1 rounds to 2^30): the
+    bit-exact check must still see them differ, and name the words in hex."""
+    got, want = np.array([[0x7A7A7A7A]], np.int32), np.array([[0x7A7A7A7B]], np.int32)
+    assert np.float32(got[0, 0]) == np.float32(want[0, 0])
+    v = compare._bit_exact("scale_buffer as ue8m0_packed", got, want, "t")
+    assert not v.ok and "0x7a7a7a7a but spec=0x7a7a7a7b" in v.message

@@ -231,3 +231,30 @@ def test_fixture_of_a_fixed_weight_case_keeps_its_weight_seed(tmp_path, capsys):
     _edit_json(path, lambda m: m["case"].update(weight_seed=1))  # weights regenerated from another seed
     with pytest.raises(fixtures.FixtureError, match="regenerated expert weights do not match"):
         fixtures.load(path)
+
+
+def test_a_case_edited_away_from_its_inputs_is_refused(tmp_path):
+    """inputs.npz is digest-checked, and the case must regenerate it: an edited seed (the inputs file untouched)
+    would otherwise replay inputs that no longer belong to the case it names."""
+    src = Path(__file__).parent.parent / "fixtures" / "routing-torch-eb818553aeb7"
+    path = tmp_path / src.name
+    shutil.copytree(src, path)
+    fixtures.load(path)
+    meta = json.loads((path / "case.json").read_text())
+    meta["case"]["seed"] += 1
+    (path / "case.json").write_text(json.dumps(meta))
+    with pytest.raises(fixtures.FixtureError, match="does not regenerate its recorded inputs"):
+        fixtures.load(path)
+
+
+def test_a_non_finite_number_in_observed_is_refused(tmp_path):
+    """write() stores strict JSON; a case.json whose observed block holds Infinity (edited by hand, or a nested
+    value) is refused at load with one line instead of failing later when the fixture is written again."""
+    src = Path(__file__).parent.parent / "fixtures" / "routing-torch-eb818553aeb7"
+    path = tmp_path / src.name
+    shutil.copytree(src, path)
+    meta = json.loads((path / "case.json").read_text())
+    meta["observed"]["message"] = [float("inf")]
+    (path / "case.json").write_text(json.dumps(meta))
+    with pytest.raises(fixtures.FixtureError, match="non-finite number"):
+        fixtures.load(path)

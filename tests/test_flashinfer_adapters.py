@@ -41,7 +41,8 @@ def test_shuffle_rows_matches_documented_permutation_and_inverts(tile, block):
     w = rows(M)
     got = _prep.shuffle_rows(w, tile)[:, 0].to(torch.int64)
     r = torch.arange(block)
-    within = (r % 8) * (block // 8) + r // 8  # fi §3: output row r of a block = input row (r%8)*(block/8) + r//8
+    # docs/semantics.md §5.2: output row r of a block = input row (r%8)*(block/8) + r//8
+    within = (r % 8) * (block // 8) + r // 8
     expected = (torch.arange(M) // block * block) + within.repeat(M // block)
     assert torch.equal(got, expected), f"tile {tile}: first rows {got[:block].tolist()}"
     inverse = torch.empty_like(got)

@@ -69,7 +69,7 @@ def test_strides_and_buffer_sizes():
 
 
 def test_column_major_transpose_is_flashinfer_hidden_states_scale():
-    """fi §1.3: hidden_states_scale is fp32 [H/128, T] contiguous = column_major(s).t(), zero-copy."""
+    """docs/semantics.md §5.1: hidden_states_scale is fp32 [H/128, T] contiguous = column_major(s).t(), zero-copy."""
     s = distinct_scales(13, 8)
     cm = column_major(s)
     fi = transpose(cm)
@@ -86,7 +86,7 @@ def test_view_is_zero_copy():
 
 
 def test_wrong_layout_reads_wrong_scales():
-    """A column-major buffer read as row-major (the `.t().contiguous()` confusion, sem §5.4) gives other
+    """A column-major buffer read as row-major (the `.t().contiguous()` confusion, docs/semantics.md §5.5) gives other
     scales; so does a TMA-padded buffer read without its padding, and a row-major one read transposed."""
     m, g = 13, 8
     s = distinct_scales(m, g)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest import merge
+from difftest import merge, rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_CASES, H200_FIXTURES = 587, 4
@@ -36,7 +36,7 @@ def runs(tmp_path_factory):
 
 
 def cases(run_dir):
-    return [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in rundir.read_lines(run_dir)]
 
 
 def test_merge_two_hosts_renders_one_report_with_a_row_per_host(runs, tmp_path):

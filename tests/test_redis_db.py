@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest import campaign, fixtures
+from difftest import campaign, fixtures, rundir
 
 redis = pytest.importorskip("redis", reason="the redis client is not installed (pip install 'moe-difftest[test]')")
 
@@ -76,7 +76,7 @@ def difftest(*args, out, db, env=None):
 
 
 def statuses(out):
-    return [json.loads(line)["status"] for line in (out / "cases.jsonl").read_text().splitlines()]
+    return [json.loads(line)["status"] for line in rundir.read_lines(out)]
 
 
 def test_a_finding_on_one_host_is_replayed_first_by_another(redis_url, tmp_path):

@@ -23,7 +23,7 @@ from faulty_impls import CPU_FAULTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest import bug_models, check, cli, fixtures, generate, impl_spec
+from difftest import bug_models, check, cli, fixtures, generate, impl_spec, rundir
 from difftest.case import Case, CaseError, QuantConfig, RoutingConfig
 from difftest.isolation import pending_cases
 
@@ -132,7 +132,7 @@ def test_injected_faults_are_findings_and_the_campaign_finishes(tmp_path):
     assert {f["kind"] for f in summary["findings"]} == {"crash", "hang", "error"} and not summary[
         "worker_errors"
     ]
-    rows = [json.loads(line) for line in (out / "cases.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in rundir.read_lines(out)]
     assert rows and all("recipe" in row and "kind" in row for row in rows)
     assert "report: " in r.stdout and (out / "report.html").is_file()
     (out / "report.html").unlink()
@@ -187,7 +187,7 @@ def test_signal_stops_cleanly_with_summary_and_findings(tmp_path, sig):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] == signal.Signals(sig).name and summary["findings"]
     assert {Path(f["fixture"]).name for f in summary["findings"]} <= loadable(out)
-    assert not list(out.glob("cases-*.jsonl")), "worker parts are merged into cases.jsonl"
+    assert not list(out.glob("cases-*.jsonl")), "worker parts are merged into cases.jsonl.gz"
 
 
 # ---- SIGKILL at random points: no finding lost
@@ -225,7 +225,7 @@ def resume_finds_again(tmp_path):
     out = tmp_path / "resumed"
     r = difftest(*K1_CAMPAIGN, "--max-examples", "3", "--db", str(tmp_path / "db"), "--out", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
-    rows = [json.loads(line) for line in (out / "cases.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in rundir.read_lines(out)]
     first = next(i for i, row in enumerate(rows) if row["status"] == "fail")
     assert first < 3, f"the database's failing example was not replayed first ({first} examples before)"
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from difftest import campaign, cli, fixtures, generate, impl_spec, interface, report
+from difftest import campaign, cli, fixtures, generate, impl_spec, interface, presets, report, rundir
 from difftest.case import Case, MoEConfig, QuantConfig, RoutingConfig
 from difftest.check import Result
 
@@ -23,6 +23,7 @@ GROUPED = RoutingConfig("deepseek_v3", num_tokens=4, num_experts=16, top_k=4, n_
 ROUTING = RoutingConfig("renormalize", num_tokens=3, num_experts=8, top_k=2)
 QUANT = QuantConfig("fp8_group", num_tokens=2, hidden_size=256)
 MOE = MoEConfig(RoutingConfig("renormalize", num_tokens=3, num_experts=4, top_k=2), 32, 32)
+MOE_WIDER = MoEConfig(RoutingConfig("renormalize", num_tokens=3, num_experts=4, top_k=2), 64, 32)
 MOE_RELU2 = MoEConfig(RoutingConfig("renormalize", num_tokens=5, num_experts=4, top_k=2), 64, 32,
                       activation="relu2")
 FAKE = SimpleNamespace(name="fake_gpu", version="0.0")  # a second implementation, recorded only
@@ -39,7 +40,7 @@ RUN = [
     (0, "torch", Case("routing", ROUTING, "large", 3), passed(0.2, 4e-3, 1e-3)),
     (0, "torch", Case("quant", QUANT, "zero_group", 4), passed(0.05, 3e-3, 1e-3)),
     (0, "torch", Case("quant", QUANT, "normal", 5), Result("skip", 0.0, "torch: layout col_tma needs CUDA")),
-    (0, "torch", Case("moe", MOE, "normal", 6, weight_seed=5), passed(0.3, 0.02, 0.05)),  # campaign weights
+    (0, "torch", Case("moe", MOE_WIDER, "normal", 6, weight_seed=5), passed(0.3, 0.02, 0.05)),  # fixed weights
     (0, "torch", Case("moe", MOE, "normal", 7),
      Result("fail", 3.5, FAIL_MESSAGE, seconds=0.03, spec_seconds=0.05)),
     (1, "fake_gpu", Case("routing", ROUTING, "exact_ties", 8),
@@ -68,7 +69,10 @@ def write_run(out):
                           {"status": result.status, "ratio": result.ratio, "message": result.message},
                           impl_spec.expected(case, generate.inputs(case), recipe))
     summary = cli.summarize(out)
-    finding = {"impl": "torch", "op": "moe", "message": result.message, "fixture": str(path)}
+    # the replay line as cli writes it, from a deep run directory: one long unbreakable word the page must wrap
+    deep = "/".join(["campaigns-of-a-long-named-gpu-host"] * 8)
+    finding = {"impl": "torch", "op": "moe", "fixture": str(path),
+               "message": f"{result.message}\nreplay: python -m difftest replay /{deep}/fixtures/{path.name}"}
     summary.update({"seconds": WALL_SECONDS, "workers": 2, "impls": ["torch", "fake_gpu"],
                     "ops": ["routing", "quant", "moe"], "model": None, "seed": 0, "worker_errors": [],
                     "findings": [finding]})
@@ -86,7 +90,7 @@ def rendered(tmp_path_factory):
 
 def test_report_json_holds_the_input_numbers(rendered):
     run_dir, rep, _ = rendered
-    rows = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in rundir.read_lines(run_dir)]
     assert rep["totals"]["cases"] == len(RUN) == len(rows)
     assert rep["totals"]["status"] == dict(Counter(r.status for *_, r in RUN)), rep["totals"]
     per_op = Counter()
@@ -193,24 +197,170 @@ def test_maybe_render_without_matplotlib_says_how_to_render_later(tmp_path, monk
     assert (run_dir / "report.html").is_file()
 
 
+def test_ratio_axis_is_clipped_and_exact_zeros_are_counted_apart():
+    """A case at 1e-250 once stretched the axis over 250 decades, so all real data was one spike."""
+    config = RoutingConfig("topk", 2, 8, 2)
+    rows = [campaign.case_row("torch", Case("routing", config, "normal", i), passed(r, 0.0, 0.0))
+            for i, r in enumerate([0.0, 0.0, 1e-250, 0.02, 0.5, 1.0])]
+    rows.append(campaign.case_row("torch", Case("routing", config, "normal", 9), Result("fail", 1e9, "x")))
+    st = report.ratios(rows)
+    lo, hi = st["edges"][0], st["edges"][-1]
+    assert report.RATIO_AXIS[0] <= lo < 0.02 and 1.0 < hi <= report.RATIO_AXIS[1], (lo, hi)
+    t = st["impls"]["torch"]
+    assert (t["zero"], t["below_axis"], t["above_axis"]) == (2, 1, 1)
+    hist = t["hist"]["routing"]
+    assert sum(hist) == 5 and hist[0] == 1 and hist[-1] == 1  # the clipped ones sit in the end bins
+    at_one = st["edges"].index(1.0)
+    assert hist[at_one - 1] == 1 and sum(hist[at_one:-1]) == 0  # exactly 1 passes: left of the failure line
+
+
+def test_worst_cases_list_a_configuration_once_with_a_message():
+    """Shrinking and targeting draw one configuration again and again: it was listed up to 4 times, its
+    message column empty."""
+    config, other = RoutingConfig("topk", 2, 8, 2), RoutingConfig("topk", 3, 8, 2)
+    rows = [campaign.case_row("torch", Case("routing", config, d, s), passed(r, 0.0, 0.0))
+            for d, s, r in (("normal", 1, 0.9), ("large", 2, 0.95), ("tiny", 3, 0.5))]
+    rows += [campaign.case_row("torch", Case("routing", other, "normal", 4), passed(1.0, 0.0, 0.0)),
+             campaign.case_row("torch", Case("routing", other, "normal", 5), passed(0.0, 0.0, 0.0))]
+    worst = report.worst(rows, {}, top=10)
+    assert [(w["ratio"], w["cases"], w["seed"]) for w in worst] == [(1.0, 2, 4), (0.95, 3, 2)]
+    assert worst[0]["message"] == "exactly at the derived bound"
+    assert worst[1]["message"] == "within the derived bound: largest error 0.95 of it"
+    assert report._config_text(worst[0]) == "method=topk num_tokens=3 num_experts=8 top_k=2 logits_dtype=fp32"
+
+
+def test_coverage_greys_what_the_run_did_not_draw_from():
+    """With --model, other methods were red though the run could never draw them; hidden sizes 1-15, which
+    no strategy draws, had cells at all; NaN inputs without --special were red."""
+    rows = [campaign.case_row("torch", Case("routing", RoutingConfig("deepseek_v3", 3, 256, 8, 8, 4), "normal",
+                                            1), passed(0.1, 0.0, 0.0)),
+            campaign.case_row("torch", Case("quant", QUANT, "normal", 2), passed(0.0, 0.0, 0.0)),
+            campaign.case_row("torch", Case("moe", MOE, "normal", 3), passed(0.0, 0.0, 0.0))]
+    cov = report.coverage(rows, {"model": "deepseek-v3", "where": {"num_tokens": {"lo": 1, "hi": 3}},
+                                 "special": False})
+    methods = cov["routing"]["routing method"]
+    assert methods["zero"] == [] and ["topk", "torch"] in methods["excluded"]
+    assert ["deepseek_v3", 1] in methods["rows"]
+    experts = cov["routing"]["experts"]
+    assert experts["zero"] == [] and ["128–255", "torch"] in experts["excluded"]
+    tokens = cov["routing"]["tokens"]
+    assert ["0", "torch"] in tokens["excluded"] and tokens["zero"] == [["1", "torch"]]  # 1..3: 1 not hit
+    hidden = cov["quant"]["hidden size"]
+    assert [r[0] for r in hidden["rows"]] == ["16–31", "32–63", "64–127", "128–255", "256–511"]
+    assert hidden["zero"] == [] and len(hidden["excluded"]) == 4  # the preset's quantizer is 256 wide
+    assert ["nonfinite", "torch"] in cov["quant"]["input distribution"]["excluded"]
+    assert [r[0] for r in cov["moe"]["hidden dtype"]["rows"]] == ["bf16", "fp16"]  # fp16: the default strategies'
+    assert ["fp16", "torch"] in cov["moe"]["hidden dtype"]["excluded"]  # ... but not the preset's
+    plain = report.coverage(rows, {})  # no filters recorded: every drawable value never hit is a gap
+    assert ["topk", "torch"] in plain["routing"]["routing method"]["zero"]
+    assert plain["routing"]["routing method"]["excluded"] == []
+
+
+def test_a_plugin_space_and_where_values_outside_the_strategies_show():
+    rows = [campaign.case_row("mine", Case("moe", MoEConfig(MOE.routing, 32, 32, hidden_dtype="fp16"), "normal",
+                                           1), passed(0.0, 0.0, 0.0))]
+    cov = report.coverage(rows, {"where": {"hidden_dtype": {"values": ["fp16"]}},
+                                 "spaces": {"mine": {"method": {"values": ["renormalize"]}}}})
+    assert cov["moe"]["hidden dtype"]["rows"] == [["bf16", 0], ["fp16", 1]]
+    assert cov["moe"]["hidden dtype"]["excluded"] == [["bf16", "mine"]]
+    assert ["topk", "mine"] in cov["moe"]["routing method"]["excluded"]
+
+
+def test_timing_has_one_panel_per_op(rendered):
+    _, rep, _ = rendered
+
+    def png_height(b64):
+        return int.from_bytes(base64.b64decode(b64)[20:24], "big")  # the IHDR chunk's height
+
+    one = json.loads(json.dumps(rep))
+    one["timing"]["per_op"] = {"routing": rep["timing"]["per_op"]["routing"]}
+    assert len([s for s in rep["timing"]["per_op"].values() if s["hist"]]) == 3
+    assert png_height(report.plot_timing(rep)) > 2 * png_height(report.plot_timing(one))
+
+
+@pytest.mark.parametrize("op", ["routing", "quant", "moe", "trtllm_ops"])
+def test_every_value_the_strategies_draw_has_a_coverage_cell(op):
+    """The coverage axes list what the strategies draw; a strategy drawing outside them would be a value the
+    page could show only as an afterthought, and a shape below an axis' floor no cell at all."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from difftest import strategies
+
+    domains = {name: set(values) for _, ops, name, values in report.ENUM_AXES if op in ops}
+    floors = {name: (b[op] if isinstance(b, dict) else b) for _, ops, name, b in report.SHAPE_AXES if op in ops}
+
+    @settings(max_examples=300, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.one_of([configs for _, configs in campaign.slices(op)]))
+    def check(config):
+        row = {"case": {"config": json.loads(json.dumps(config.__dict__, default=lambda o: o.__dict__))}}
+        for name, values in domains.items():
+            assert str(report._field(row, name) or "none") in values, (name, report._field(row, name))
+        for name, floor in floors.items():
+            assert report._field(row, name) >= floor, (name, report._field(row, name))
+
+    check()
+    assert strategies.SPECIAL_DISTS  # the input-distribution axis greys these unless --special
+
+
+@pytest.mark.parametrize("name", sorted(presets.PRESETS))
+def test_presets_draw_inside_their_declared_space(name):
+    """presets.space (what the report greys around --model) must hold everything the preset draws."""
+    from dataclasses import asdict
+
+    from hypothesis import HealthCheck, given, settings
+
+    def inside(space):
+        @settings(max_examples=40, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(configs)
+        def check(config):
+            flat = asdict(config)
+            flat.update(flat.pop("routing", None) or {})
+            for field, c in space.items():
+                assert c.allows(flat[field]), (field, flat[field], c)
+
+        return check
+
+    for op in ("routing", "quant", "moe"):
+        configs, space = presets.configs(name, op), presets.space(name, op)
+        if configs is None:
+            assert space == {}
+            continue
+        inside(space)()
+
+
 def _chromium():
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
+SCREENSHOT_WIDTH = 1400
+
+
+def screenshot(html, png, profile, height):
+    """The page in headless Chromium at SCREENSHOT_WIDTH pixels (README, "The report", has the command)."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={SCREENSHOT_WIDTH},{height}"]
+    subprocess.run([_chromium(), *flags, html.as_uri()], capture_output=True, timeout=120, check=True)
+
+
 @pytest.mark.skipif(_chromium() is None, reason="no chromium/chrome on PATH for the headless screenshot")
-def test_headless_screenshot_is_a_readable_page(rendered, tmp_path):
+def test_headless_screenshot_is_a_readable_page_that_fits_1400_px(rendered, tmp_path):
     import matplotlib.image
 
     run_dir, _, _ = rendered
     png = tmp_path / "report.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1280,3000"]
-    subprocess.run([_chromium(), *flags, (run_dir / "report.html").as_uri()], capture_output=True, timeout=60,
-                   check=True)
+    screenshot(run_dir / "report.html", png, tmp_path / "profile", 4000)
     pixels = matplotlib.image.imread(png)[..., :3]
-    assert pixels.shape[:2] == (3000, 1280) and png.stat().st_size > 30_000
-    ink = (pixels < 0.9).any(axis=-1).mean()
-    assert 0.02 < ink < 0.6, f"{ink:.1%} of the page is non-white: blank or unstyled"
-    zero_cell = (abs(pixels - [249 / 255, 201 / 255, 201 / 255]) < 0.02).all(axis=-1)
-    assert zero_cell.sum() > 500, "no zero-coverage cells drawn: the page's CSS did not apply"
+    assert pixels.shape[:2] == (4000, SCREENSHOT_WIDTH) and png.stat().st_size > 30_000
+    ink = (pixels < 0.9).any(axis=-1)
+    assert 0.02 < ink.mean() < 0.6, f"{ink.mean():.1%} of the page is non-white: blank or unstyled"
+    # the body is at most 1200 px wide and centred: nothing (a long finding, a wide table) may run past it
+    right_margin = ink[:, (SCREENSHOT_WIDTH + 1200) // 2 + 40:]
+    assert not right_margin.any(), f"{right_margin.sum()} pixels past the page's right edge: a table overflows"
+
+    def cells(rgb):
+        return (abs(pixels - [c / 255 for c in rgb]) < 0.02).all(axis=-1).sum()
+
+    assert cells((249, 201, 201)) > 500, "no zero-coverage (red) cells drawn: the page's CSS did not apply"
+    assert cells((228, 228, 228)) > 500, "no excluded (grey) coverage cells drawn"

@@ -1,6 +1,6 @@
 """impls/torch_eager against hand-computed values, numpy + ml_dtypes formulas and float64 torch references.
 
-Independent of spec/: expected values come from the documented math (shared/reference/moe_semantics.md),
+Independent of spec/: expected values come from the documented math (docs/semantics.md),
 evaluated with python math, numpy float32 and ml_dtypes casts, or a dense float64 torch layer.
 """
 
@@ -86,7 +86,7 @@ L6 = [0.5, -1.0, 2.0, 1.0, 0.0, -0.5]
 B6 = [0.0, 0.0, -1.0, 0.0, 0.9, 0.0]
 SM6 = softmax_list(L6)
 SG6 = [sig(v) for v in L6]
-HAND = {  # method: (kwargs, expected ids, expected weights), from the definitions in fi §2 and sem §1.5
+HAND = {  # method: (kwargs, expected ids, expected weights), from the definitions in docs/semantics.md §1.1-§1.2
     "default": (dict(top_k=3), [2, 3, 0], [SM6[2], SM6[3], SM6[0]]),
     "renormalize": (dict(top_k=3), [2, 3, 0], softmax_list([2.0, 1.0, 0.5])),
     "renormalize_naive": (dict(top_k=3), [2, 3, 0], softmax_list([2.0, 1.0, 0.5])),

@@ -45,14 +45,16 @@ def test_finalize_skips_unmapped_slots_and_weighs_the_rest():
     assert out[:, 0].tolist() == [200.5, 0.0, 40.0]
 
 
-def test_finalize_deepseek_fp8_scales_per_block_and_has_no_scale_floor():
+def test_finalize_deepseek_fp8_scales_per_block_and_floors_an_all_zero_block():
     x = np.ones((2, 256))
     x_scale = np.array([[0.5, 0.25], [2.0, 4.0]], np.float32)  # [H/128, P]
     e2p = np.array([[0, 1], [-1, -1]])
     acc = trtllm_ops.finalize_deepseek_fp8(x, x_scale, e2p, np.array([[1.0, 2.0], [1.0, 1.0]]))
     assert acc[0, 0] == 0.5 + 2 * 0.25 and acc[0, 128] == 2.0 + 2 * 4.0 and not acc[1].any()
-    q, s = trtllm_ops.requant_deepseek_fp8(acc, floor=0.0, fmt="bf16")
-    assert s[:, 1].tolist() == [0.0, 0.0] and np.isnan(q[1]).all()  # an unmapped token: 0·rcp(0) = NaN
+    q, s = trtllm_ops.requant_deepseek_fp8(acc, fmt="bf16")
+    assert s[:, 1].tolist() == [2.0**-126] * 2 and not q[1].any()  # an unmapped token: floored scale, zeros
+    q0, s0 = trtllm_ops.requant_deepseek_fp8(acc, floor=0.0, fmt="bf16")
+    assert s0[:, 1].tolist() == [0.0, 0.0] and np.isnan(q0[1]).all()  # unfloored (the 0.7.2 kernel): NaN
     assert q[0, 0] == 448.0 and s[0, 0] == np.float32(1.0) * (np.float32(1) / np.float32(448))
 
 
@@ -182,3 +184,13 @@ def test_requant_rounding_mode_is_held_to_nearest_even(monkeypatch):
     case = find(strategies.cases("trtllm_ops", configs=strategies.dev_kernel_configs("activation_deepseek_fp8")), fails,
                 settings=settings(max_examples=300, database=None, derandomize=True))
     assert "out (e4m3 value)" in check.run_case(TORCH, case).message
+
+
+def test_unfloored_finalize_requant_is_found(monkeypatch):
+    """finalize_deepseek_fp8 without the scale floor (as the 0.7.2.post1 kernel, dev.cu:1122-1136): an all-zero
+    block stores scale 0 and NaN codes, which the floored spec reports at the scale."""
+    monkeypatch.setattr(te_ops, "FLT_MIN", 0.0)
+    fails = lambda case: check.run_case(TORCH, case).status == "fail"
+    case = find(strategies.cases("trtllm_ops", configs=strategies.dev_kernel_configs("finalize_deepseek_fp8")), fails,
+                settings=settings(max_examples=300, database=None, derandomize=True))
+    assert "out_scale" in check.run_case(TORCH, case).message

@@ -2,7 +2,7 @@
 
 Capability checks return ``None`` or one line saying exactly why the kernel cannot run here. They never
 start a JIT build or a download: the trtllm-gen cubins are fetched from NVIDIA's artifactory on first
-use, with about a minute of retries when offline (flashinfer_api.md §5, §9), so an offline machine
+use, with about a minute of retries when offline (docs/semantics.md §5.4), so an offline machine
 without them is refused up front.
 """
 
@@ -114,3 +114,14 @@ def to_numpy(t):
     if t.is_floating_point():
         return t.float().numpy()
     return t.numpy()
+
+
+def prepared_inputs_problem(config):
+    """None for a moe case in the form these adapters take (fp32 FP8 scales, prepared expert weights); else why
+    not: UE8M0 scales (MoEConfig.scale_fmt) and unquantized expert weights (MoEConfig.expert_weights) are not
+    adapted here."""
+    if getattr(config, "scale_fmt", "fp32") != "fp32":
+        return f"scale_fmt={config.scale_fmt!r}: this adapter takes fp32 scales"
+    if getattr(config, "expert_weights", "prepared") != "prepared":
+        return f"expert_weights={config.expert_weights!r}: this adapter takes prepared (quantized) expert weights"
+    return None

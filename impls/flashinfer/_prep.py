@@ -1,4 +1,4 @@
-"""Weight preparation for the trtllm-gen MoE kernels, through FlashInfer's own helpers (fi §3).
+"""Weight preparation for the trtllm-gen MoE kernels, through FlashInfer's own helpers (docs/semantics.md §5.2).
 
 Every function takes and returns torch tensors on any device (the helpers run on CPU tensors too) and
 works per expert on a 2-D weight ``[M, K]`` unless stated. Row permutations act on the uint8 view, so
@@ -49,7 +49,7 @@ def block_major_k(w, block_k_bytes=128):
 def transposed_hidden_scale(scales_col_major):
     """[T, H/128] fp32 whose storage is column-major (strides (1, T)) -> its zero-copy [H/128, T] contiguous view.
 
-    The trtllm-gen FP8 block kernel reads ``hidden_states_scale`` as [H/128, T] (fi §1.3); a row-major
+    The trtllm-gen FP8 block kernel reads ``hidden_states_scale`` as [H/128, T] (docs/semantics.md §5.1); a row-major
     [T, H/128] would need a copy and is refused instead, so a transposed layout never passes silently.
     """
     T, G = scales_col_major.shape

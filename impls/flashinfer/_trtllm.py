@@ -1,8 +1,8 @@
 """What the three trtllm-gen MoE adapters share: capability, enums by member, config checks."""
 
-from ._env import cubin_problem, cuda_problem, first_problem, flashinfer_problem
+from ._env import cubin_problem, cuda_problem, first_problem, flashinfer_problem, prepared_inputs_problem
 
-CAPABILITIES = ((10, 0), (10, 3))  # prebuilt cubins exist for Sm100a/f and Sm103a only (fi §4)
+CAPABILITIES = ((10, 0), (10, 3))  # prebuilt cubins exist for Sm100a/f and Sm103a only (docs/semantics.md §5.4)
 METHODS = {"default": "Default", "renormalize": "Renormalize", "deepseek_v3": "DeepSeekV3",
            "llama4": "Llama4", "renormalize_naive": "RenormalizeNaive", "topk": "TopK",
            "sigmoid_renorm": "SigmoidRenorm", "minimax2": "MiniMax2", "sigmoid": "Sigmoid",
@@ -16,7 +16,8 @@ def available():
 
 
 def routing_method(method):
-    """The RoutingMethodType member for a spec method name (members, never ints: values move, fi §0.1)."""
+    """The RoutingMethodType member for a spec method name (members, never ints: their values move between
+    releases, docs/semantics.md §1.1)."""
     from flashinfer.fused_moe import RoutingMethodType
 
     if method not in METHODS:
@@ -33,10 +34,13 @@ def activation_type(activation):
 
 
 def unsupported(config, *, quant, activations, logits_dtypes=("fp32", "bf16")):
-    """Checks common to the trtllm-gen entry points (launcher limits, fi §2); None or the violated one."""
+    """Checks common to the trtllm-gen entry points (launcher limits, docs/semantics.md §5.1); None or the
+    violated one."""
     c, r = config, config.routing
     if c.quant != quant:
         return f"quant={c.quant!r}, this entry point takes {quant!r}"
+    if prepared_inputs_problem(c):
+        return prepared_inputs_problem(c)
     if r.method not in METHODS:
         return f"method {r.method!r} not in {tuple(METHODS)}"
     if c.activation not in activations:

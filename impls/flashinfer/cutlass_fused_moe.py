@@ -1,14 +1,14 @@
-"""FlashInfer ``cutlass_fused_moe`` (fi §1.7), the MoE that runs on Hopper: BF16 and DeepSeek FP8 block.
+"""FlashInfer ``cutlass_fused_moe`` (docs/semantics.md §5.4), the MoE that runs on Hopper: BF16 and DeepSeek FP8 block.
 
 Opt-in only (``DIFFTEST_ENABLE_CUTLASS=1``): its SM90 JIT module ``fused_moe_90`` compiles 248 objects,
-about an hour on 16 cores (fi §9). Routing is precomputed by the caller (ids + fp32 weights); w13 rows
+about an hour on 16 cores (docs/semantics.md §5.4). Routing is precomputed by the caller (ids + fp32 weights); w13 rows
 are [up; gate]; in FP8-block mode the input stays bf16 and the kernel quantizes it 1×128 internally.
 ``use_fused_finalize=False`` keeps the combine deterministic.
 """
 
 import os
 
-from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_torch
+from ._env import cuda_problem, first_problem, flashinfer_problem, prepared_inputs_problem, to_numpy, to_torch
 from ._prep import up_gate_rows
 
 NAME = "flashinfer.cutlass_fused_moe"
@@ -26,6 +26,8 @@ def available():
 
 def unsupported(config):
     c = config
+    if prepared_inputs_problem(c):
+        return prepared_inputs_problem(c)
     if c.quant not in ("bf16", "fp8_block"):
         return f"quant={c.quant!r} not in ('bf16', 'fp8_block')"
     if c.activation != "swiglu":

@@ -1,4 +1,4 @@
-"""FlashInfer ``fused_topk_deepseek``: standalone DeepSeek-V3 routing (fi §1.8), runs on SM89/90/10x/12x.
+"""FlashInfer ``fused_topk_deepseek``: standalone DeepSeek-V3 routing (docs/semantics.md §5.3), runs on SM89/90/10x/12x.
 
 Kernel math (``data/csrc/fused_moe/noAuxTcKernels.cu``, read in the 0.7.2.post1 wheel): ``s =
 0.5·tanhf(0.5·x) + 0.5`` in fp32 (so s is exactly 0 for x below about -17.3, where the true sigmoid is
@@ -14,7 +14,8 @@ OP = "routing"
 DETERMINISTIC = True
 RECIPE = "flashinfer_fused_topk_deepseek"  # spec.recipes.FUSED_TOPK_DEEPSEEK (fp32 logits); _BF16 for bf16
 RECIPE_FIELDS = {"logits": "per case (fp32 | bf16)", "bias": "fp32", "sigmoid": "tanh",
-                 "routing_weights": "logits dtype", "renorm_order": "scale_then_divide", "eps": 1e-20}
+                 "routing_weights": "logits dtype", "renorm_order": "scale_then_divide", "eps": 1e-20,
+                 "tie_rule": "lower_index"}
 CAPABILITIES = ((8, 9), (9, 0), (10, 0), (10, 3), (10, 7), (12, 0), (12, 1))
 EPS = 1e-20
 LOGITS_DTYPES = ("fp32", "bf16")
@@ -45,6 +46,8 @@ def unsupported(config):
         return f"eps={c.eps}: the kernel always adds {EPS} to the sum"
     if c.num_fused_shared_experts:
         return "fused shared experts are appended by the caller, not the kernel"
+    if c.tile_tokens_dim is not None:
+        return "tile_tokens_dim: the kernel returns ids and weights, no padded permutation"
     return _limits(c.num_experts, c.n_group, c.topk_group, c.top_k)
 
 
@@ -106,7 +109,8 @@ def run(config, inputs, device="cuda"):
         bias_np = np.zeros(config.num_experts, np.float32)  # s + 0 == s exactly: same keys as no bias
     bias = to_torch(bias_np, "fp32", device)
     if config.bias_dtype == "bf16":
-        bias = bias.to(torch.bfloat16)  # the caller's cast (pre-fix SGLang, sem §5.4): RNE to bf16
+        # the caller's cast (SGLang before PR #28555, docs/semantics.md §1.6): RNE to bf16
+        bias = bias.to(torch.bfloat16)
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
     weights, ids = fused_topk_deepseek(scores, bias, n_group=config.n_group, topk_group=config.topk_group,
                                        top_k=config.top_k, routed_scaling_factor=rsf)

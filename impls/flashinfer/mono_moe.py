@@ -22,7 +22,7 @@ What the kernel computes (read in the 0.7.2.post1 wheel: ``fused_moe/monomoe.py`
 
 import numpy as np
 
-from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_torch
+from ._env import cuda_problem, first_problem, flashinfer_problem, prepared_inputs_problem, to_numpy, to_torch
 
 NAME = "flashinfer.mono_moe"
 OP = "moe"
@@ -34,7 +34,8 @@ RECIPE_FIELDS = {"logits": "bf16", "bias": None, "sigmoid": "expf", "routing_wei
                  "gemm1_out": "fp32", "act_compute": "fp32", "act_out": "fp32",
                  "router_weight": "before_requant", "requant_intermediate": True, "requant_group": 64,
                  "requant_variant": "mul_448_div_amax", "requant_scale_formula": "mul_rcp448",
-                 "expert_out": "fp32", "combine": "fp32", "out": "bf16", "hidden_nan": "zero"}
+                 "expert_out": "fp32", "combine": "fp32", "out": "bf16", "hidden_nan": "zero",
+                 "tie_rule": "lower_index"}
 CAPABILITIES = ((9, 0),)
 E, I, H, MAX_TOKENS, BLOCK = 256, 512, 2048, 8, 128
 SCORING = {"renormalize": ("softmax", True), "default": ("softmax", False),
@@ -48,6 +49,9 @@ def available():
 def unsupported(config):
     """None when a MoEConfig-like ``config`` is the kernel's one shape and semantics; else why not."""
     c, r = config, config.routing
+    problem = prepared_inputs_problem(c)
+    if problem:
+        return problem
     shape = (r.num_experts, c.intermediate_size, c.hidden_size)
     if shape != (E, I, H):
         return f"(E, I, H)={shape}: mono_moe is fixed at E={E}, I={I}, H={H}"

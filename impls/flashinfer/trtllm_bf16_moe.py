@@ -1,7 +1,7 @@
-"""FlashInfer ``trtllm_bf16_moe`` (fi §1.1): trtllm-gen BF16 fused MoE from logits; SM100/SM103 only.
+"""FlashInfer ``trtllm_bf16_moe`` (docs/semantics.md §5.1): trtllm-gen BF16 fused MoE from logits; SM100/SM103 only.
 
 Weights: BlockMajorK only, shuffled: w13 [up; gate] -> gated row reorder -> ``shuffle_matrix_a(128)`` ->
-``convert_to_block_layout``; w2 -> ``shuffle_matrix_a(128)`` -> block layout (fi §3, sem §5.2).
+``convert_to_block_layout``; w2 -> ``shuffle_matrix_a(128)`` -> block layout (docs/semantics.md §5.2).
 """
 
 from . import _trtllm

@@ -1,4 +1,5 @@
-"""FlashInfer ``trtllm_fp4_block_scale_moe`` with NVFP4 weights and activations (fi §1.4): SM100/SM103 only.
+"""FlashInfer ``trtllm_fp4_block_scale_moe`` with NVFP4 weights and activations (docs/semantics.md §5.1):
+SM100/SM103 only.
 
 Weights and their e4m3 block scales (one per 16 elements) are permuted with FlashInfer's own cached
 index helpers (gated reorder + 32-row shuffle for GEMM1, shuffle only for GEMM2, epilogue tile 128), and

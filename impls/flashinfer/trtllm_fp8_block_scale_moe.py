@@ -1,7 +1,7 @@
-"""FlashInfer ``trtllm_fp8_block_scale_moe`` with DeepSeekFp8 (fi §1.3): SM100/SM103 only.
+"""FlashInfer ``trtllm_fp8_block_scale_moe`` with DeepSeekFp8 (docs/semantics.md §5.1): SM100/SM103 only.
 
 The caller quantizes the hidden states per (token, 128 columns) and passes the scales as the
-zero-copy [H/128, T] transpose of column-major [T, H/128] scales (SGLang after PR #28555, sem §5.4).
+zero-copy [H/128, T] transpose of column-major [T, H/128] scales (SGLang after PR #28555, docs/semantics.md §5.5).
 Weights stay in the natural MajorK layout, unshuffled (SGLang's choice: ``use_shuffled_weight=False``),
 with w13 rows [up; gate] and no gated row reorder (DeepSeekFp8 does not fuse the activation).
 """
@@ -24,7 +24,7 @@ def unsupported(config):
 def quantize_hidden(hidden):
     """bf16 [T, H] -> (e4m3 [T, H], fp32 [T, H/128] column-major, strides (1, T)).
 
-    SGLang's JIT quantizer (sem §2.2): amax = max(|x|, 1e-10), s = amax·fl(1/448),
+    SGLang's JIT quantizer (docs/semantics.md §2.2): amax = max(|x|, 1e-10), s = amax·fl(1/448),
     q = satfinite(x·fl(448·fl(1/amax))); the clamp to ±448 is the satfinite of the CUDA cast.
     """
     import torch

@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from . import trtllm_gen_routing as routing
-from ._env import to_numpy, to_torch
+from ._env import prepared_inputs_problem, to_numpy, to_torch
 
 NAME = "flashinfer.trtllm_gen_nogemm"
 OP = "moe"
@@ -47,6 +47,8 @@ def available():
 def unsupported(config):
     """None when a MoEConfig is inside what the composed pipeline runs; else the violated constraint."""
     c, r = config, config.routing
+    if prepared_inputs_problem(c):
+        return prepared_inputs_problem(c)
     if c.quant not in QUANTS:
         return f"quant={c.quant!r} not in {QUANTS}"
     if c.hidden_dtype != "bf16":

@@ -1,6 +1,6 @@
 """Independent torch eager MoE: routing, quantization, scale layouts, the layer (CPU and CUDA, one code path).
 
-Written from the documented math (shared/reference/moe_semantics.md, flashinfer_api.md), never from spec/.
+Written from the documented math (docs/semantics.md), never from spec/.
 """
 
 from .layer import ACTIVATIONS, MoEOutput, moe_layer, quantize_expert_weights, swap_w13_halves

@@ -22,6 +22,7 @@ ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh", "relu2", "silu", "gelu", "identi
 GATED_ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh")
 HALF_ORDERS = ("gate_up", "up_gate")
 RSF_PLACEMENTS = ("routing", "combine")
+SCALE_FMTS = ("fp32", "ue8m0")  # fp8_block activation scales: fp32, or UE8M0 powers of two (DeepGEMM)
 BLOCK = {"fp8_block": 128, "mxfp8": 32, "nvfp4": 16}  # activation quantization group along K
 
 
@@ -83,12 +84,13 @@ def block_scaled_mm(aq, a_s, wq, w_s):
     return acc
 
 
-def quantize_rows(x, quant):
-    """bf16 activations [n, K] -> GEMM operand: fp32 (bf16), (e4m3, scales) (fp8_block), else dequantized."""
+def quantize_rows(x, quant, scale_ue8m0=False):
+    """bf16 activations [n, K] -> GEMM operand: fp32 (bf16), (e4m3, scales) (fp8_block; UE8M0: power-of-two
+    scales), else dequantized."""
     if quant == "bf16":
         return x.float()
     if quant == "fp8_block":
-        return Q.per_token_group_quant_fp8(x, 128)
+        return Q.per_token_group_quant_fp8(x, 128, scale_ue8m0=scale_ue8m0)
     if quant == "mxfp8":
         return Q.mxfp8_dequant(*Q.mxfp8_quant(x, rule="ceil448"))
     g = Q.nvfp4_global_scale(x, dim=-1)  # per token, so a token's result does not depend on its batch
@@ -112,14 +114,14 @@ def gemm(a, w, quant):
     return a @ w.t()
 
 
-def expert_forward(x, w, ew, *, activation, half_order, quant, router_weight_on_input):
+def expert_forward(x, w, ew, *, activation, half_order, quant, router_weight_on_input, scale_ue8m0=False):
     """One expert on its tokens: x bf16 [n, H], router weights w fp32 [n] -> bf16 [n, H] (weighted)."""
-    h = gemm(quantize_rows(x, quant), weight_operand(ew, "w13", quant), quant)  # [n, N1] fp32
+    h = gemm(quantize_rows(x, quant, scale_ue8m0), weight_operand(ew, "w13", quant), quant)  # [n, N1] fp32
     if router_weight_on_input:
         h = h * w.unsqueeze(1)  # (x * w) @ W13, applied to GEMM1's fp32 accumulator
     h = h.to(torch.bfloat16)
     a = act(h.float(), activation, half_order).to(torch.bfloat16)  # [n, I]
-    y = gemm(quantize_rows(a, quant), weight_operand(ew, "w2", quant), quant)  # [n, H] fp32
+    y = gemm(quantize_rows(a, quant, scale_ue8m0), weight_operand(ew, "w2", quant), quant)  # [n, H] fp32
     if not router_weight_on_input:
         y = y * w.unsqueeze(1)
     return y.to(torch.bfloat16)
@@ -151,16 +153,19 @@ def check_expert(ew, e, H, activation, quant):
 
 
 def check_layer(hidden, logits, *, activation, half_order, quant, local_expert_offset, local_num_experts,
-                num_shared, rsf_placement):
+                num_shared, rsf_placement, scale_fmt="fp32"):
     if hidden.ndim != 2 or logits.ndim != 2 or hidden.shape[0] != logits.shape[0]:
         raise ValueError(f"hidden [T, H] and logits [T, E] must share T, got {tuple(hidden.shape)}, "
                          f"{tuple(logits.shape)}")
     num_total = logits.shape[1] + num_shared
     for name, value, allowed in (("activation", activation, ACTIVATIONS),
                                  ("half_order", half_order, HALF_ORDERS), ("quant", quant, QUANT_PATHS),
-                                 ("rsf_placement", rsf_placement, RSF_PLACEMENTS)):
+                                 ("rsf_placement", rsf_placement, RSF_PLACEMENTS),
+                                 ("scale_fmt", scale_fmt, SCALE_FMTS)):
         if value not in allowed:
             raise ValueError(f"{name} {value!r} is not one of {allowed}")
+    if scale_fmt != "fp32" and quant != "fp8_block":
+        raise ValueError(f"scale_fmt {scale_fmt!r} needs quant 'fp8_block', got {quant!r}")
     count = num_total - local_expert_offset if local_num_experts is None else local_num_experts
     if local_expert_offset < 0 or count < 1 or local_expert_offset + count > num_total:
         raise ValueError(f"local experts [{local_expert_offset}, {local_expert_offset + count}) must lie in "
@@ -190,18 +195,20 @@ def layer_routing(logits, bias, routing, rsf_placement, ids):
 
 def moe_layer(hidden, logits, bias, weights, *, routing, activation, half_order="gate_up", quant="bf16",
               local_expert_offset=0, local_num_experts=None, rsf_placement="routing",
-              router_weight_on_input=False, ids=None):
+              router_weight_on_input=False, ids=None, scale_fmt="fp32"):
     """MoE layer: MoEOutput(out bf16 [T, H], ids int32 [T, k + S], weights fp32 [T, k + S]).
 
     ``weights``: stacked tensors keyed as in docs/interfaces.md ([E + S, ...], global expert ids) or a
     callable e -> dict of one expert's tensors; only experts that received a local token are read. Fused
     shared experts are ids E..E+S-1 of that source. Expert parallelism: only ids in [local_expert_offset,
     local_expert_offset + local_num_experts) contribute (None: all from the offset on); weights are normalized
-    over all routed experts. ``ids`` ([T, k] or [T, k + S]) forces the routed selection.
+    over all routed experts. ``ids`` ([T, k] or [T, k + S]) forces the routed selection. ``scale_fmt`` "ue8m0"
+    (fp8_block): the activations and the intermediate quantized with power-of-two scales.
     """
     check_layer(hidden, logits, activation=activation, half_order=half_order, quant=quant,
                 local_expert_offset=local_expert_offset, local_num_experts=local_num_experts,
-                num_shared=routing.get("num_fused_shared_experts", 0), rsf_placement=rsf_placement)
+                num_shared=routing.get("num_fused_shared_experts", 0), rsf_placement=rsf_placement,
+                scale_fmt=scale_fmt)
     T, H = hidden.shape
     ids, w, S, rsf = layer_routing(logits, bias, routing, rsf_placement, ids)
     num_total = logits.shape[1] + S
@@ -220,24 +227,29 @@ def moe_layer(hidden, logits, bias, weights, *, routing, activation, half_order=
         check_expert(ew, e, H, activation, quant)
         tok = tokens[slots]
         y = expert_forward(hidden[tok], flat_w[slots], ew, activation=activation, half_order=half_order,
-                           quant=quant, router_weight_on_input=router_weight_on_input)
+                           quant=quant, router_weight_on_input=router_weight_on_input,
+                           scale_ue8m0=scale_fmt == "ue8m0")
         acc.index_add_(0, tok, y.float())  # one row per token per call: deterministic on CUDA too
     if rsf_placement == "combine" and rsf is not None:
         acc = acc * rsf
     return MoEOutput(acc.to(torch.bfloat16), ids, w)
 
 
-def quantize_expert_weights(w13, w2, quant):
-    """Stacked bf16 weights [E, N1, H], [E, H, I] -> the dict of docs/interfaces.md for the quant path.
+def quantize_expert_weights(w13, w2, quant, *, gated=False, scale_ue8m0=False):
+    """Stacked bf16 (or fp32) weights [E, N1, H], [E, H, I] -> the dict of docs/interfaces.md for the quant path.
 
-    fp8_block: 128x128 blocks; mxfp8: "ceil448" rule; nvfp4: one encode global scale per expert ([E]).
+    fp8_block: 128x128 blocks (``gated``: each half of W13 on its own block rows; UE8M0: power-of-two scales);
+    mxfp8: "ceil448" rule; nvfp4: one encode global scale per expert ([E]); bf16: rounded to bf16.
     """
     if quant == "bf16":
-        return {"w13": w13, "w2": w2}
+        return {"w13": w13.to(torch.bfloat16), "w2": w2.to(torch.bfloat16)}
     out = {}
     for name, t in (("w13", w13), ("w2", w2)):
-        if quant == "fp8_block":
-            out[name], out[name + "_scale"] = Q.weight_block_quant(t)
+        if quant == "fp8_block" and name == "w13" and gated:
+            halves = [Q.weight_block_quant(h, scale_ue8m0=scale_ue8m0) for h in t.chunk(2, dim=-2)]
+            out[name], out[name + "_scale"] = (torch.cat(parts, dim=-2) for parts in zip(*halves, strict=True))
+        elif quant == "fp8_block":
+            out[name], out[name + "_scale"] = Q.weight_block_quant(t, scale_ue8m0=scale_ue8m0)
         elif quant == "mxfp8":
             out[name], out[name + "_scale"] = Q.mxfp8_quant(t, rule="ceil448")
         else:

@@ -136,8 +136,9 @@ def expand_blocks(scales, N, K, block):
     return scales.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :N, :K]
 
 
-def weight_block_quant(w, block=128, *, eps=1e-10):
-    """(q float8_e4m3fn [E?, N, K], scales fp32 [E?, ceil(N/b), ceil(K/b)]): s = max(block amax, eps) / 448.
+def weight_block_quant(w, block=128, *, eps=1e-10, scale_ue8m0=False):
+    """(q float8_e4m3fn [E?, N, K], scales fp32 [E?, ceil(N/b), ceil(K/b)]): s = max(block amax, eps) / 448,
+    rounded up to a power of two with UE8M0 (q = w / s then exact).
 
     Partial edge blocks have one scale each, from their valid elements.
     """
@@ -147,6 +148,8 @@ def weight_block_quant(w, block=128, *, eps=1e-10):
     amax = abs_amax(block_view(w.float(), block), (-3, -1)).squeeze(-1).squeeze(-2)  # [..., N/b, K/b]
     amax = amax.clamp_min(eps)
     s = amax / fp32(FP8_MAX, amax)
+    if scale_ue8m0:
+        s = e8m0_to_float(ue8m0_ceil(s))
     return to_e4m3(w.float() / expand_blocks(s, N, K, block)), s
 
 

@@ -94,7 +94,8 @@ def finalize(gemm2_out, expanded_idx_to_permuted_idx, expert_weights=None, hidde
 def finalize_deepseek_fp8(gemm2_out, gemm2_out_scale, expanded_idx_to_permuted_idx, expert_weights):
     """[P, H] bf16/fp16/e4m3 with block scales [H/128, P] -> ([T, H] same dtype, scales [H/128, T]):
     acc = Σ_k fl(w·s)·x over k in order, one fp32 rounding per term (an FFMA: the product in float64, exact);
-    then per token and 128-column block s = amax·fl(1/448) with NO floor, out = acc·(1/s) (s = 0: NaN, ±inf)."""
+    then per token and 128-column block s = max(amax·fl(1/448), 2^-126), out = acc·(1/s): the activation's floor,
+    so an all-zero block stores zeros."""
     e2p = expanded_idx_to_permuted_idx.long()
     T, K = e2p.shape
     P, H = gemm2_out.shape
@@ -107,6 +108,7 @@ def finalize_deepseek_fp8(gemm2_out, gemm2_out_scale, expanded_idx_to_permuted_i
         acc = torch.where((e2p[:, k] >= 0)[:, None], fma, acc)
     blocks = acc.view(T, H // BLOCK, BLOCK)
     s = blocks.abs().amax(dim=-1) * (fp32(1.0, acc) / fp32(FP8_MAX, acc))              # [T, H/128]
+    s = torch.clamp(s, min=FLT_MIN)
     out = (blocks * (1.0 / s)[..., None]).view(T, H)
     out = to_e4m3(out) if gemm2_out.dtype == torch.float8_e4m3fn else out.to(gemm2_out.dtype)
     return out, s.t().contiguous()
