@@ -346,9 +346,13 @@ CATALOGUE += (
 )
 FP8 = (("quant", "fp8_block"),)
 OWN = "own design: "
-# Killed only by a test this file's tester lacks yet: the worst-case bound charges every product at full size, while
-# a truncating accumulator's errors all push one way at ~K/2·u; issue 21 item 2's statistical bias check sees that.
-BIAS_CHECK = "issue 21 item 2: a statistical bias check (every error within the worst-case bound, all of one sign)"
+# Not killed by this tester (an expected survivor, measured): the worst-case bound charges every product at full
+# size while a truncating accumulator's errors all push one way at ~K/2·u, which the bias test (difftest/bias.py)
+# sees where the outputs carry it (fp32 stores: tests/planted_bugs.py TRUNCATING_ACC, caught within a few dozen
+# cases). In torch eager's bf16 pipeline at the fuzzer's widths the push reaches the bf16 outputs too rarely: in
+# 3,000 examples 153 tokens moved, 78 toward zero and 75 away, as torch's own summation order moves them.
+BF16_HIDES_IT = ("outputs that carry a one-way push: through bf16 stores at the fuzzer's widths it moves tokens "
+                 "toward and away from zero alike (3,000 examples: 78 vs 75 tokens), so the bias test has no evidence")
 CATALOGUE += tuple(M(*fields[:8], cls="subtle", needs=(fields[8:] or ("",))[0]) for fields in (
     ("fp8_block_partials_bf16", "layer",
      "terms = torch.bmm(a, w) * a_s.t().unsqueeze(-1) * ws.unsqueeze(1)  # [KB, n, N]",
@@ -404,7 +408,7 @@ CATALOGUE += tuple(M(*fields[:8], cls="subtle", needs=(fields[8:] or ("",))[0]) 
      "    return acc.float()\n\n\ndef gemm(a, w, quant):",
      OWN + "rounding mode (issue 21's example)", "bf16-path GEMMs accumulate in fp32 rounding toward zero at every "
      "addition, a systematic bias", (("quant", "bf16"),),
-     (("layer", "    return a @ w.t()\n", "    return _truncating_mm(a, w)\n"),), BIAS_CHECK),
+     (("layer", "    return a @ w.t()\n", "    return _truncating_mm(a, w)\n"),), BF16_HIDES_IT),
     ("group_top2_sum_bf16", "routing",
      "return top2[..., 0] + top2[..., 1] if top2.shape[-1] == 2 else top2[..., 0]",
      "return (top2[..., 0] + top2[..., 1]).to(torch.bfloat16).float() if top2.shape[-1] == 2 else top2[..., 0]",
@@ -427,48 +431,22 @@ EQUIVALENT = (
         also=(("recipe", TIE_DECLARED, TIE_DECLARED.replace("lower_index", "unspecified")),),
     ),
 )
-_RZ_MATMUL = '''    return truncating_matmul(a, w)
-
-
-def truncating_matmul(a, w):
-    """a @ w.T summed in K order in an fp32 accumulator that rounds toward zero (the seeded bug)."""
-    p = a.unsqueeze(1) * w.unsqueeze(0)  # fp32 products, exact for bf16 operands
-    acc = torch.zeros(p.shape[:2], dtype=torch.float32, device=a.device)
-    for k in range(p.shape[-1]):
-        s = acc.double() + p[..., k].double()
-        f = s.float()
-        acc = torch.where(f.double().abs() > s.abs(), torch.nextafter(f, torch.zeros_like(f)), f)
-    return acc'''
-_TRUNCATE_BF16 = "(x.float().contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)"
+_CATALOGUED = {m.name: m for m in CATALOGUE}
 # Fixed-size numeric bugs for the width sweep (`detection`, tests/test_width.py, heavy tier): their size per
 # element does not depend on the layer's width, so a tester whose kill power falls with H misses them at model
-# widths. Not in CATALOGUE: at the fuzzer's default widths the accumulator's truncation is too small to move a
-# bf16 output, and the others die at once.
+# widths. Two are the catalogue's own mutants (the same objects); the other three are kept out of the catalogue,
+# where they would only repeat what its subtle class already holds at the fuzzer's default widths.
 WIDTH = (
-    M(
-        "gemm1_out_truncated",
-        "layer",
-        "    h = h.to(torch.bfloat16)\n",
-        f"    h = {_TRUNCATE_BF16.replace('x.', 'h.')}\n",
-        "a truncating fp32 -> bf16 conversion (bit shift instead of RNE) on a GEMM output",
-        "GEMM1's fp32 result stored in bf16 by truncation (toward zero) instead of RNE",
-    ),
+    _CATALOGUED["gemm1_out_truncated"],
     M(
         "expert_out_truncated",
         "layer",
         "    return y.to(torch.bfloat16)\n",
-        f"    return {_TRUNCATE_BF16.replace('x.', 'y.')}\n",
+        "    return (y.contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)\n",
         "a truncating fp32 -> bf16 conversion on the expert output",
         "each expert's weighted output stored in bf16 by truncation instead of RNE",
     ),
-    M(
-        "truncating_accumulator",
-        "layer",
-        "    return a @ w.t()",
-        _RZ_MATMUL,
-        "issue 21: a bf16-path GEMM whose fp32 accumulator truncates",
-        "bf16-path GEMMs summed in K order in an fp32 accumulator rounding toward zero",
-    ),
+    _CATALOGUED["fp32_accumulator_truncates"],
     M(
         "router_weights_bf16",
         "layer",
