@@ -349,8 +349,9 @@ OWN = "own design: "
 # Not killed by this tester (an expected survivor, measured): the worst-case bound charges every product at full
 # size while a truncating accumulator's errors all push one way at ~K/2·u, which the bias test (difftest/bias.py)
 # sees where the outputs carry it (fp32 stores: tests/planted_bugs.py TRUNCATING_ACC, caught within a few dozen
-# cases). In torch eager's bf16 pipeline at the fuzzer's widths the push reaches the bf16 outputs too rarely: in
-# 3,000 examples 153 tokens moved, 78 toward zero and 75 away, as torch's own summation order moves them.
+# cases). In torch eager's bf16 pipeline at the fuzzer's widths what reaches the bf16 outputs is mostly the flips
+# of GEMM1's bf16 store, which W2 passes on with either sign: in 3,000 examples 153 tokens moved, 78 toward zero
+# and 75 away (the unpatched copy: 6 tokens in 3,000 examples spread over every op).
 BF16_HIDES_IT = ("outputs that carry a one-way push: through bf16 stores at the fuzzer's widths it moves tokens "
                  "toward and away from zero alike (3,000 examples: 78 vs 75 tokens), so the bias test has no evidence")
 CATALOGUE += tuple(M(*fields[:8], cls="subtle", needs=(fields[8:] or ("",))[0]) for fields in (
