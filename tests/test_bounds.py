@@ -61,37 +61,43 @@ def test_rounding_rule(v, log_rel, fmt, seed):
     assert np.all((np.abs(r - v) <= e.ideal)[inside])
 
 
-@settings(deadline=None, max_examples=60)
-@given(
+REQUANT_DRAWS = dict(
     seed=st.integers(0, 2**32 - 1),
     path=st.sampled_from(["fp8_block", "mxfp8", "nvfp4"]),
     log_rel=st.floats(-6, -2),
     sparse=st.booleans(),
 )
+
+
+def requant_problem(seed, path, log_rel, sparse):
+    """(rng, v, δ, Q(v)): 4 bf16 rows of 128 at random scales, δ relative 10^log_rel on all or ~10 % of them."""
+    rng = np.random.default_rng(seed)
+    v = round_to(rng.standard_normal((4, 128)) * np.exp(rng.uniform(-3, 3, (4, 1))), "bf16").astype(np.float64)
+    delta = np.abs(v) * 10.0**log_rel * (rng.random(v.shape) < 0.1 if sparse else 1)
+    return rng, v, delta, quantize(v, path, PLAIN, "div", "div448")
+
+
+def requantized_moved(rng, v, delta, path):
+    """The real quantizer on a random fp32 v' within δ of v."""
+    moved = round_to(v + rng.uniform(-1, 1, v.shape) * delta, "fp32")
+    return quantize(np.clip(moved, v - delta, v + delta), path, PLAIN, "div", "div448")
+
+
+@settings(deadline=None, max_examples=60)
+@given(**REQUANT_DRAWS)
 def test_requant_rule(seed, path, log_rel, sparse):
     """Re-quantizing any v' with |v' − v| ≤ δ (δ on some or all elements, amax may move) lands within
     requantized(...).hard of the spec's Q(v), codes and scales recomputed by the real quantizer."""
-    rng = np.random.default_rng(seed)
-    v = round_to(rng.standard_normal((4, 128)) * np.exp(rng.uniform(-3, 3, (4, 1))), "bf16").astype(
-        np.float64
-    )
-    delta = np.abs(v) * 10.0**log_rel * (rng.random(v.shape) < 0.1 if sparse else 1)
-    q = quantize(v, path, PLAIN, "div", "div448")
+    rng, v, delta, q = requant_problem(seed, path, log_rel, sparse)
     e = bounds.requantized(v, Err(delta, delta, np.zeros_like(v)), q)
     for _ in range(8):
-        moved = round_to(v + rng.uniform(-1, 1, v.shape) * delta, "fp32")
-        got = quantize(np.clip(moved, v - delta, v + delta), path, PLAIN, "div", "div448").values
+        got = requantized_moved(rng, v, delta, path).values
         assert np.all(np.abs(got - q.values) <= e.hard), path
     assert np.all(np.abs(q.values - v) <= e.ideal)
 
 
 @settings(deadline=None, max_examples=60)
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    path=st.sampled_from(["fp8_block", "mxfp8", "nvfp4"]),
-    log_rel=st.floats(-6, -2),
-    sparse=st.booleans(),
-)
+@given(**REQUANT_DRAWS)
 @example(seed=15098143, path="fp8_block", log_rel=-2.0, sparse=True)  # f alone beyond the total's bound
 def test_requant_reach_is_directed_and_shares_the_scale(seed, path, log_rel, sparse):
     """Q'(v') − Q(v) = f + Q(v)·(r − 1) with f in requant_reach's [lo, hi] and r = s'/s, |r − 1| <= rho, for the
@@ -102,18 +108,14 @@ def test_requant_reach_is_directed_and_shares_the_scale(seed, path, log_rel, spa
     with δ = 0 whose v/s lies just above a midpoint (17.03·s, code 18, the example) flips to 16 only once its
     group's amax grows the scale by r > 1.0016, so f = −2·s·r reaches −2·s·r_max, while the total 16·s·r − 18·s
     stays within 2·s: the scale's rise gives back 16·s·(r − 1) of the flip."""
-    rng = np.random.default_rng(seed)
-    v = round_to(rng.standard_normal((4, 128)) * np.exp(rng.uniform(-3, 3, (4, 1))), "bf16").astype(np.float64)
-    delta = np.abs(v) * 10.0**log_rel * (rng.random(v.shape) < 0.1 if sparse else 1)
-    q = quantize(v, path, PLAIN, "div", "div448")
+    rng, v, delta, q = requant_problem(seed, path, log_rel, sparse)
     lo, hi, rho = bounds.requant_reach(v, Err(delta, delta, np.zeros_like(v)), q)
     assert np.all(lo <= 0) and np.all(hi >= 0) and np.all(rho >= 0)
     hard = bounds.requantized(v, Err(delta, delta, delta), q).hard
     assert np.all((np.maximum(hi, -lo) <= hard)[rho == 0])
     assert np.all(np.maximum(hi, -lo) <= hard + rho * np.abs(q.values) * (1 + 1e-12))
     for _ in range(8):
-        moved = round_to(v + rng.uniform(-1, 1, v.shape) * delta, "fp32")
-        got = quantize(np.clip(moved, v - delta, v + delta), path, PLAIN, "div", "div448")
+        got = requantized_moved(rng, v, delta, path)
         r = np.where(q.scale > 0, got.scale / np.where(q.scale > 0, q.scale, 1), 1.0)
         shared = rho > 0
         assert np.all(np.abs(r - 1)[shared] <= rho[shared] * (1 + 1e-12))
