@@ -149,7 +149,11 @@ class Pipeline:
                     batch, ahead = ahead.result(), self._prepare(drawer, i + 1)  # drawn while this one runs
                     self.stats["drawn"] += len(batch)
                     items = self._device(impl, batch, record)
-                    while len(pending) > self.verifiers:  # the verifiers are a batch per process behind: wait
+                    i += 1
+                    last = (max_batches is not None and i >= max_batches) or (
+                        deadline is not None and time.monotonic() >= deadline)
+                    while len(pending) > self.verifiers and not last:  # a batch per verifier behind: wait (not
+                        # after the last batch: the device is done, the drain verifies it)
                         w0 = time.monotonic()
                         self._collect(pending.popleft(), record)
                         self.stats["idle_seconds"] += time.monotonic() - w0
@@ -158,7 +162,6 @@ class Pipeline:
                     self.stats["max_in_flight"] = max(self.stats["max_in_flight"], len(pending))
                     while pending and pending[0][2].done():
                         self._collect(pending.popleft(), record)
-                    i += 1
                 held = time.monotonic() - t0
                 while pending:
                     self._collect(pending.popleft(), record)
