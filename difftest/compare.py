@@ -224,8 +224,10 @@ def flushed_to_nan(config, inputs, ids, recipe):
 def shared_flushed(config, inputs, ids, recipe):
     """[T] rows whose fused shared-expert weight may be 0 under recipe.subnormals "flush": its value before the
     renormalizing division, Σ(selected scores)/rsf, is below the fp32 min normal, so FTZ may store it as 0 and
-    0/Σ·rsf = 0 (measured on the H200: SGLang's moe_fused_gate, as flushed_to_nan)."""
-    if (recipe or impl_spec.DEFAULT).subnormals != "flush":
+    0/Σ·rsf = 0 (measured on the H200: SGLang's moe_fused_gate, as flushed_to_nan). None where the recipe's
+    shared weight is the constant 1 (shared_weight "one")."""
+    r = recipe or impl_spec.DEFAULT
+    if r.subnormals != "flush" or r.shared_weight == "one":
         return np.zeros(ids.shape[0], bool)
     s, _ = _ideal_scores(config, inputs, ids)
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
@@ -572,7 +574,9 @@ def compare_routing(case, inputs, out, recipe, tag):
             own = ids[differ, :k].astype(np.int64)
             want[differ] = impl_spec.route(ungrouped(c), sub, recipe, ids=own).weights[:, k:]
         got = np.where(shared_flushed(c, inputs, ids[:, :k], recipe)[:, None] & (w[:, k:] == 0), want, w[:, k:])
-        verdicts.append(elementwise("weights[:, shared]", got, want, weight_bound(c, recipe, want), tag))
+        exact = (recipe or impl_spec.DEFAULT).shared_weight == "one"  # a constant: nothing to round
+        verdicts.append(elementwise("weights[:, shared]", got, want, 0.0 if exact else weight_bound(c, recipe, want),
+                                    tag))
     if c.tile_tokens_dim is not None:
         verdicts.append(compare_permutation(c, ids, out, tag))
     return worst(*verdicts)

@@ -101,6 +101,7 @@ def route(config, inputs, recipe, ids=None):
         bias_add_dtype=recipe.routing_bias_add,
         group_scores_dtype=recipe.routing_group_scores,
         renorm_dtype=recipe.routing_renorm,
+        shared_weight=recipe.shared_weight,
         **extra,
     )
 

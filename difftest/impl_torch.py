@@ -86,6 +86,7 @@ def _route(case, inputs, device):
         bias_dtype=r.bias,
         weights_dtype=r.routing_weights,
         renorm_order=r.renorm_order,
+        shared_weight=r.shared_weight,
     )
     out = {"ids": numpy(ids), "weights": numpy(w)}
     if c.tile_tokens_dim is None:
@@ -128,6 +129,7 @@ def _moe(case, inputs, device):
         "bias_dtype": r.bias,
         "weights_dtype": r.routing_weights,
         "renorm_order": r.renorm_order,
+        "shared_weight": r.shared_weight,
     }
     res = te.moe_layer(
         tensor(inputs["hidden"], c.hidden_dtype, device),

@@ -465,6 +465,7 @@ def _route(logits, bias, routing, rsf_placement, recipe, ids):
                 "bias_add_dtype": recipe.routing_bias_add,
                 "group_scores_dtype": recipe.routing_group_scores,
                 "renorm_dtype": recipe.routing_renorm,
+                "shared_weight": recipe.shared_weight,
             },
         )
     k = options["top_k"]

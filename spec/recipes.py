@@ -33,6 +33,10 @@ ROUTING_ARITHMETIC = ("fp32", "bf16", "fp16")  # routing_scores, routing_bias_ad
 # Among bit-identical routing keys (experts, or groups, whose keys come from bit-identical inputs): the lower index
 # is selected first, the higher one, or no promise (torch.topk). difftest.compare holds a declared rule exactly.
 TIE_RULES = ("lower_index", "higher_index", "unspecified")
+# The weight of each fused shared expert (spec/routing.py _routing): "routed_sum_over_rsf" = Σ(routed weights)/rsf,
+# 1 whenever the routed weights were normalized to sum to rsf and 0 where they all vanish (SGLang's fused gate and
+# its torch path); "one" = exactly 1.0 whatever the routed weights (trtllm-gen's routingDeepSeek).
+SHARED_WEIGHTS = ("routed_sum_over_rsf", "one")
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,9 @@ class Recipe:
     ``group_score`` names the grouped methods' group rule (GROUP_SCORES). ``tie_rule`` (TIE_RULES) is how the
     selection orders experts (and groups) whose keys are bit-identical: "lower_index" first (the spec's own rule,
     trtllm-gen, fused_topk_deepseek, mono_moe, moe_fused_gate), "higher_index" first, or "unspecified" (the
-    default: torch.topk promises no tie order), where any order among them is accepted.
+    default: torch.topk promises no tie order), where any order among them is accepted. ``shared_weight``
+    (SHARED_WEIGHTS) is the fused shared experts' weight: Σ(routed weights)/rsf or exactly 1.0; the two differ
+    only where every routed weight vanishes (all selected sigmoids underflow).
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
     ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8``: the tensor core's truncating
     e8m13 accumulator inside each K block, spec.quant.hopper_fp8_step, then promotion to fp32); the
@@ -106,6 +112,7 @@ class Recipe:
     out: str = "bf16"
     subnormals: str = "keep"
     tie_rule: str = "unspecified"
+    shared_weight: str = "routed_sum_over_rsf"
     weight_quant_variant: str = "div"
     weight_scale_formula: str = "div448"
 
@@ -119,7 +126,8 @@ class Recipe:
                                ("subnormals", SUBNORMALS), ("group_score", GROUP_SCORES),
                                ("routing_scores", ROUTING_ARITHMETIC), ("routing_bias_add", ROUTING_ARITHMETIC),
                                ("routing_group_scores", ROUTING_ARITHMETIC), ("routing_renorm", ROUTING_ARITHMETIC),
-                               ("tie_rule", TIE_RULES), ("weight_quant_variant", QUANT_VARIANTS),
+                               ("tie_rule", TIE_RULES), ("shared_weight", SHARED_WEIGHTS),
+                               ("weight_quant_variant", QUANT_VARIANTS),
                                ("weight_scale_formula", SCALE_FORMULAS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
@@ -184,7 +192,8 @@ FUSED_TOPK_DEEPSEEK_BF16 = FUSED_TOPK_DEEPSEEK.but(name="flashinfer_fused_topk_d
 # Ties: TopKRedType (lower index, groups too); Llama4's lane-local `>` scan keeps a lane's first maximum, then the
 # warp reduction the lower index (llama4.cu:41-63).
 TRTLLM_GEN_ROUTING = Recipe(name="flashinfer_trtllm_gen_routing", sigmoid="tanh", routing_weights="bf16",
-                            renorm_order="scale_then_divide", subnormals="flush", tie_rule="lower_index")
+                            renorm_order="scale_then_divide", subnormals="flush", tie_rule="lower_index",
+                            shared_weight="one")  # fused shared experts weigh exactly 1.0 (deepseek.cu:349-362)
 # As built, DeepSeekV3 with n_group > 1 differs: routingDeepSeek's main kernel converts the bias to the bf16 weight
 # type before adding it to the fp32 sigmoid (deepseek.cu:159-162, biasVal is OutputT), so keys move by up to half
 # a bf16 ulp of the bias. The FP32 correction bias is the declared semantics (FlashInfer's own routingCustom path,

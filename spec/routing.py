@@ -53,8 +53,9 @@ inside ``renormalize`` and otherwise in the combine. ``renormalize`` is read by 
 and sigmoid_renorm (FlashInfer's always-normalizing DeepSeekV3 kernels are ``renormalize=True``); every
 other method's normalization is fixed by its name, and ``eps`` is read wherever a method renormalizes
 (FlashInfer's sigmoid_renorm and minimax2 kernels use eps = 1e-20). Fused shared experts: S extra columns
-with ids E, E+1, ..., E+S-1 and weight Σ(routed weights)/rsf (FlashInfer's deterministic convention;
-SGLang's torch path draws the shared id at random).
+with ids E, E+1, ..., E+S-1 and weight Σ(routed weights)/rsf (``shared_weight="routed_sum_over_rsf"``: SGLang's
+fused gate; its torch path draws the shared id at random) or exactly 1 (``"one"``: trtllm-gen); they differ only
+where every routed weight vanishes.
 """
 
 from typing import NamedTuple
@@ -62,7 +63,7 @@ from typing import NamedTuple
 import numpy as np
 
 from spec.numerics import round_to
-from spec.recipes import EXPS, GROUP_SCORES, RENORM_ORDERS, ROUTING_ARITHMETIC, SIGMOIDS
+from spec.recipes import EXPS, GROUP_SCORES, RENORM_ORDERS, ROUTING_ARITHMETIC, SHARED_WEIGHTS, SIGMOIDS
 
 ROUTED_DTYPES = ("fp32", "bf16")  # allowed bias_dtype and weights_dtype
 _BIASED = ("deepseek_v3", "minimax2")
@@ -104,6 +105,7 @@ class _Options(NamedTuple):
     bias_add_dtype: str = "fp32"
     group_scores_dtype: str = "fp32"
     renorm_dtype: str = "fp32"
+    shared_weight: str = "routed_sum_over_rsf"
     ideal: bool = False
     ids: np.ndarray | None = None
 
@@ -165,7 +167,8 @@ def _check_options(method, o, num_experts):
                                  ("scores_dtype", o.scores_dtype, ROUTING_ARITHMETIC),
                                  ("bias_add_dtype", o.bias_add_dtype, ROUTING_ARITHMETIC),
                                  ("group_scores_dtype", o.group_scores_dtype, ROUTING_ARITHMETIC),
-                                 ("renorm_dtype", o.renorm_dtype, ROUTING_ARITHMETIC)):
+                                 ("renorm_dtype", o.renorm_dtype, ROUTING_ARITHMETIC),
+                                 ("shared_weight", o.shared_weight, SHARED_WEIGHTS)):
         _require(value in allowed, f"{name}={value!r} is not one of {allowed}")
 
 
@@ -312,10 +315,11 @@ def _renormalized(w, o):
 
 
 def _routing(ids, w, expert_margin, group_margin, num_experts, o):
-    """Append S fused shared experts (ids E, E+1, ...; weight Σ routed w / rsf), then write the weights in
-    weights_dtype."""
+    """Append S fused shared experts (ids E, E+1, ...; weight Σ routed w / rsf, or 1 with shared_weight "one"),
+    then write the weights in weights_dtype."""
     T, S = len(ids), o.num_fused_shared_experts
-    shared = np.repeat((_sum_in_order(w) / o.rsf)[:, None], S, axis=1)
+    each = np.ones(T) if o.shared_weight == "one" else _sum_in_order(w) / o.rsf
+    shared = np.repeat(np.asarray(each, w.dtype)[:, None], S, axis=1)
     ids = np.concatenate([ids, np.broadcast_to(num_experts + np.arange(S), (T, S))], axis=1)
     w = np.concatenate([w, shared], axis=1)
     if not o.ideal:
@@ -450,7 +454,8 @@ def route(logits, bias=None, *, method, **options):
     routed_scaling_factor=None, renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=-inf,
     bias_dtype="fp32", sigmoid="exact", exp="rn", weights_dtype="fp32", renorm_order="divide_then_scale",
     group_score="method", scores_dtype="fp32", bias_add_dtype="fp32", group_scores_dtype="fp32",
-    renorm_dtype="fp32", ideal=False, ids=None (forced routed ids [T, top_k])."""
+    renorm_dtype="fp32", shared_weight="routed_sum_over_rsf", ideal=False, ids=None (forced routed ids
+    [T, top_k])."""
     _require(method in _METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
     return _METHODS[method](logits, bias, **options)
 

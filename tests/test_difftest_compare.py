@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from difftest import bug_models, check, compare, impl_spec
+from difftest import bug_models, check, compare, generate, impl_spec
 from difftest.case import Case, MoEConfig, QuantConfig, RoutingConfig
 from difftest.impl_spec import SPEC
 
@@ -342,3 +342,27 @@ def test_packed_scale_words_are_compared_as_integers_not_through_float32():
     assert np.float32(got[0, 0]) == np.float32(want[0, 0])
     v = compare._bit_exact("scale_buffer as ue8m0_packed", got, want, "t")
     assert not v.ok and "0x7a7a7a7a but spec=0x7a7a7a7b" in v.message
+
+
+@pytest.mark.parametrize("rule", ["routed_sum_over_rsf", "one"])
+def test_shared_expert_weight_follows_the_declared_convention(rule):
+    """Every selected sigmoid underflows ("underflow" logits): the fused shared expert weighs Σ(routed)/rsf = 0
+    under "routed_sum_over_rsf" and exactly 1 under "one" (trtllm-gen). Each convention's output passes its own
+    recipe and fails the other's; on ordinary logits both conventions give 1 to within rounding."""
+    from spec import recipes
+
+    cfg = RoutingConfig("deepseek_v3", 6, 16, 4, 4, 2, 2.5, eps=1e-20, bias_dtype="fp32", num_fused_shared_experts=1)
+    case = Case("routing", cfg, "underflow", 3)
+    inputs = generate.inputs(case)
+    other_rule = "routed_sum_over_rsf" if rule == "one" else "one"
+    mine, other = (recipes.TRTLLM_GEN_ROUTING.but(shared_weight=r) for r in (rule, other_rule))
+    out = impl_spec.route(cfg, inputs, mine)
+    shared = out.weights[:, -1]
+    assert (shared == (1.0 if rule == "one" else 0.0)).any()
+    got = {"ids": out.ids, "weights": out.weights}
+    assert compare.COMPARE["routing"](case, inputs, got, mine, "t").ok
+    v = compare.COMPARE["routing"](case, inputs, got, other, "t")
+    assert not v.ok and "shared" in v.message
+    normal = Case("routing", cfg, "normal", 3)
+    w = impl_spec.route(cfg, generate.inputs(normal), mine).weights
+    np.testing.assert_allclose(w[:, -1], 1.0, rtol=2.0**-7)

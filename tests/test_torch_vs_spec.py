@@ -646,3 +646,21 @@ def test_moe_layer(c):
     hard, _ = bounds.bound_vs_recipe(spec, recipe)
     v = compare.elementwise("out", out.out.float().numpy(), spec.out, hard, str(c))
     assert v.ok, v.message
+
+
+@pytest.mark.parametrize("rule", ["routed_sum_over_rsf", "one"])
+def test_shared_expert_weight_convention_torch_equals_spec(rule):
+    """Fused shared experts under both conventions, ordinary and fully underflowing logits: torch eager's weights
+    equal the spec's bit for bit (Σ(routed)/rsf in fp32 sequential order, or the constant 1)."""
+    from spec.routing import route
+
+    for logits in (np.linspace(-3, 2, 6 * 16, dtype=np.float32).reshape(6, 16),
+                   np.full((6, 16), -200, np.float32)):
+        kw = dict(method="deepseek_v3", top_k=4, n_group=4, topk_group=2, routed_scaling_factor=2.5, eps=1e-20,
+                  num_fused_shared_experts=2, shared_weight=rule)
+        bias = np.zeros(16, np.float32)
+        want = route(logits, bias, **kw).weights
+        ids, got = te.route(torch.from_numpy(logits), torch.from_numpy(bias), **kw)
+        np.testing.assert_array_equal(got.numpy(), want)
+        if logits[0, 0] == -200:
+            assert (want[:, -2:] == (1.0 if rule == "one" else 0.0)).all()

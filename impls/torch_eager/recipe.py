@@ -1,9 +1,9 @@
 """Where impls/torch_eager rounds, per quant path, keyed by the field names of spec/recipes.py ``Recipe``.
 
-Routing fields are the defaults of ``route``; its keywords bias_dtype, weights_dtype and renorm_order override
-them per call. The sigmoid is "exact": float64 sigmoid rounded once to fp32 (routing.sigmoid); exponentials are
-torch's (exp "rn": within an ulp, no fast-math argument rounding). Equal keys go to the lower expert index, equal
-group scores to the lower group (routing.descending_order: a stable sort).
+Routing fields are the defaults of ``route``; its keywords bias_dtype, weights_dtype, renorm_order and
+shared_weight override them per call. The sigmoid is "exact": float64 sigmoid rounded once to fp32
+(routing.sigmoid); exponentials are torch's (exp "rn": within an ulp, no fast-math argument rounding). Equal keys
+go to the lower expert index, equal group scores to the lower group (routing.descending_order: a stable sort).
 Quantized paths: activations and the bf16 intermediate are quantized per token with s = fl(amax / 448) and
 q = e4m3(x / s) (fp8_block, groups of 128); mxfp8 rounds that s up to a power of two (groups of 32, the
 "ceil448" rule, exact x / s); nvfp4 uses groups of 16, a per-token encode global scale and the TRT-LLM scale
@@ -20,7 +20,8 @@ _BASE = dict(logits="fp32", bias="fp32", sigmoid="exact", exp="rn", routing_weig
              gemm_acc="fp32", gemm1_out="bf16", act_compute="fp32", act_out="bf16", requant_intermediate=True,
              requant_variant="div", requant_scale_formula="div448", requant_group=128, mx_rule="ceil448",
              router_weight_at="gemm2", expert_out="bf16", combine="fp32", subnormals="keep",
-             out="bf16", tie_rule="lower_index", weight_quant_variant="div", weight_scale_formula="div448")
+             out="bf16", tie_rule="lower_index", shared_weight="routed_sum_over_rsf", weight_quant_variant="div",
+             weight_scale_formula="div448")
 
 RECIPE = {
     "bf16": {**_BASE, "name": "torch_eager_bf16", "requant_intermediate": False},

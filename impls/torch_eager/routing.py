@@ -23,6 +23,7 @@ GROUPED = ("deepseek_v3", "deepseek_v2")
 BIASED = ("deepseek_v3", "minimax2")
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 GROUP_SCORES = ("method", "top2_sum", "max", "top2_sum_if_biased")
+SHARED_WEIGHTS = ("routed_sum_over_rsf", "one")
 
 
 def sigmoid(logits):
@@ -139,20 +140,24 @@ def selected_weights(method, logits, scores, ids, *, renormalize, eps, rsf, reno
     return w if rsf is None else w * rsf
 
 
-def append_shared(ids, w, num_experts, num_shared, rsf):
-    """Fused shared experts: ids E..E+S-1 and weight sum(routed w) / rsf (rsf None -> 1), appended."""
+def append_shared(ids, w, num_experts, num_shared, rsf, shared_weight="routed_sum_over_rsf"):
+    """Fused shared experts: ids E..E+S-1 and weight sum(routed w) / rsf (rsf None -> 1), or 1.0 with
+    shared_weight "one", appended."""
     if num_shared == 0:
         return ids, w
     T = ids.shape[0]
     shared_ids = torch.arange(num_experts, num_experts + num_shared, dtype=ids.dtype, device=ids.device)
     divisor = torch.tensor(1.0 if rsf is None else rsf, dtype=torch.float32, device=w.device)
     shared_w = ordered_sum(w) / divisor  # a tensor divisor: CUDA divides by python scalars via a reciprocal
+    if shared_weight == "one":
+        shared_w = torch.ones_like(shared_w)
     return (torch.cat([ids, shared_ids.expand(T, num_shared)], dim=1),
             torch.cat([w, shared_w.unsqueeze(1).expand(T, num_shared)], dim=1))
 
 
 def check_routing(logits, bias, *, method, top_k, n_group, topk_group, routed_scaling_factor, eps,
-                  num_fused_shared_experts, bias_dtype, weights_dtype, renorm_order, group_score="method"):
+                  num_fused_shared_experts, bias_dtype, weights_dtype, renorm_order, group_score="method",
+                  shared_weight="routed_sum_over_rsf"):
     """Raise ValueError naming the first violated constraint."""
     if method not in ROUTING_METHODS:
         raise ValueError(f"method {method!r} is not one of {ROUTING_METHODS}")
@@ -189,6 +194,8 @@ def check_routing(logits, bias, *, method, top_k, n_group, topk_group, routed_sc
         raise ValueError(f"group_score {group_score!r} is not one of {GROUP_SCORES}")
     if renorm_order not in RENORM_ORDERS:
         raise ValueError(f"renorm_order {renorm_order!r} is not one of {RENORM_ORDERS}")
+    if shared_weight not in SHARED_WEIGHTS:
+        raise ValueError(f"shared_weight {shared_weight!r} is not one of {SHARED_WEIGHTS}")
 
 
 def check_forced_ids(ids, num_tokens, top_k, num_experts):
@@ -204,20 +211,22 @@ def check_forced_ids(ids, num_tokens, top_k, num_experts):
 def route(logits, bias=None, *, method, top_k, n_group=1, topk_group=1, routed_scaling_factor=None,
           renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=float("-inf"),
           bias_dtype="fp32", weights_dtype="fp32", renorm_order="divide_then_scale", group_score="method",
-          ids=None):
+          shared_weight="routed_sum_over_rsf", ids=None):
     """Route tokens: (ids int32 [T, k + S], weights float32 [T, k + S]).
 
     ``renormalize`` applies to deepseek_v3, deepseek_v2 and sigmoid_renorm (norm_topk_prob); renormalize,
     renormalize_naive and minimax2 always normalize, the rest never do. rsf, when given, multiplies the
     weights of every method (after normalizing, or before the divide with "scale_then_divide").
     ``bias_dtype="bf16"`` rounds the bias to bf16 first; ``weights_dtype="bf16"`` rounds the final weights.
-    ``group_score`` picks the grouped methods' group rule (module docstring).
+    ``group_score`` picks the grouped methods' group rule (module docstring). Fused shared experts weigh
+    sum(routed w) / rsf, or exactly 1.0 with ``shared_weight="one"`` (trtllm-gen).
     ``ids`` [T, k] (routed ids only) replaces the selection; weights are then gathered at those ids.
     """
     check_routing(logits, bias, method=method, top_k=top_k, n_group=n_group, topk_group=topk_group,
                   routed_scaling_factor=routed_scaling_factor, eps=eps,
                   num_fused_shared_experts=num_fused_shared_experts, bias_dtype=bias_dtype,
-                  weights_dtype=weights_dtype, renorm_order=renorm_order, group_score=group_score)
+                  weights_dtype=weights_dtype, renorm_order=renorm_order, group_score=group_score,
+                  shared_weight=shared_weight)
     T, E = logits.shape
     if bias is not None:
         bias = bias.to(torch.bfloat16).float() if bias_dtype == "bf16" else bias.float()
@@ -229,7 +238,7 @@ def route(logits, bias=None, *, method, top_k, n_group=1, topk_group=1, routed_s
         ids = ids.to(device=logits.device, dtype=torch.int64)
     w = selected_weights(method, logits, scores, ids, renormalize=renormalize, eps=eps,
                          rsf=routed_scaling_factor, renorm_order=renorm_order)
-    ids, w = append_shared(ids, w, E, num_fused_shared_experts, routed_scaling_factor)
+    ids, w = append_shared(ids, w, E, num_fused_shared_experts, routed_scaling_factor, shared_weight)
     if weights_dtype == "bf16":
         w = w.to(torch.bfloat16).float()
     return ids.to(torch.int32), w
