@@ -26,7 +26,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, 
 from hypothesis.errors import Flaky, Unsatisfiable
 
 from . import fixtures, interface, strategies
-from .case import DEV_KERNELS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
+from .case import CaseError
 from .check import run_case
 from .isolation import IsolatedRunner, pending, settle_pending
 
@@ -192,16 +192,17 @@ class CellResult(NamedTuple):
         return f"all {self.examples} examples skipped: {reasons}" + (f"; {more} more reasons" if more > 0 else "")
 
 
-def slices(op):
-    """[(label, configs strategy)]: routing per method, quant per scheme, moe per quant path, so that every
-    method / scheme / path gets its share of a campaign instead of what Hypothesis' choice order leaves it."""
-    if op == "routing":
-        return [(m, strategies.routing_configs(method=m)) for m in ROUTING_METHODS]
-    if op == "quant":
-        return [(s, strategies.quant_configs(scheme=s)) for s in QUANT_SCHEMES]
-    if op == "trtllm_ops":
-        return [(k, strategies.dev_kernel_configs(kernel=k)) for k in DEV_KERNELS]
-    return [(q, strategies.moe_configs(quant=q)) for q in QUANT_PATHS]
+def slices(op, fixed=None):
+    """[(label, configs strategy)]: routing per method, quant per scheme, moe per quant path, trtllm_ops per
+    kernel (strategies.SLICES), so that every one gets its share of a campaign instead of what Hypothesis'
+    choice order leaves it. ``fixed``: keywords of the op's configuration strategy that narrow every slice;
+    fixing the split field itself leaves one slice."""
+    fixed = dict(fixed or {})
+    keyword, values = strategies.SLICES[op]
+    configs = strategies.CONFIG_STRATEGIES[op]
+    if keyword in fixed:
+        return [(fixed[keyword], configs(**fixed))]
+    return [(v, configs(**fixed, **{keyword: v})) for v in values]
 
 
 def database(path=None, namespace="pytest", local=None):
