@@ -13,28 +13,14 @@ import math
 from dataclasses import MISSING, asdict, dataclass, fields
 
 from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
+from spec.routing import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS  # the method table: spec.routing.METHODS
 
 OPS = ("routing", "quant", "moe", "trtllm_ops")
-ROUTING_METHODS = (
-    "default",
-    "renormalize",
-    "renormalize_naive",
-    "deepseek_v3",
-    "llama4",
-    "topk",
-    "sigmoid_renorm",
-    "sigmoid",
-    "topk_sigmoid",
-    "minimax2",
-    "deepseek_v2",
-)
 ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh", "relu2", "silu", "gelu", "identity")
 GATED_ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh")
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 QUANT_SCHEMES = ("fp8_group", "mxfp8", "nvfp4")
 SCALE_LAYOUTS = ("row", "col", "col_tma", "ue8m0_packed")
-GROUPED_METHODS = ("deepseek_v3", "deepseek_v2")
-BIASED_METHODS = ("deepseek_v3", "minimax2")  # the methods whose selection adds a correction bias
 LOGIT_DTYPES = ("fp32", "bf16", "fp16")
 BIAS_DTYPES = ("fp32", "bf16")
 QUANT_INPUT_DTYPES = ("bf16", "fp16", "fp32")

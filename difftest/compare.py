@@ -34,9 +34,9 @@ from spec.numerics import E4M3FN, FP32, as_format, round_to
 from . import impl_spec
 
 U32 = FP32.unit_roundoff
-SOFTMAX_KEYS = spec_routing.SOFTMAX_METHODS
+SOFTMAX_KEYS = spec_routing.SOFTMAX_METHODS  # key classes: spec.routing.METHODS
 SIGMOID_KEYS = spec_routing.SIGMOID_METHODS
-RAW_KEYS = ("renormalize", "topk", "llama4", "topk_sigmoid")
+RAW_KEYS = spec_routing.RAW_KEY_METHODS
 TANH_APPROX_REL = bounds.TANH_APPROX_REL  # recipe sigmoid "tanh": measured tanh.approx.f32 error
 
 
@@ -151,7 +151,7 @@ def keys64(config, inputs, recipe):
     elif method in SOFTMAX_KEYS:
         keys = _softmax64(x)
         dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
-    else:
+    elif method in SIGMOID_KEYS:
         keys = _sigmoid64(x)
         dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
         if used.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
@@ -162,6 +162,8 @@ def keys64(config, inputs, recipe):
                 b = round_to(b, used.bias).astype(np.float64)
             keys = keys + b
             dkey = dkey + max(U32, _u(used.routing_bias_add)) * np.abs(keys)
+    else:
+        raise ValueError(f"routing method {method!r} has no key class in spec.routing.METHODS")
     delta = np.where(np.isnan(dkey), 0.0, dkey).max(axis=-1, initial=0.0)  # a NaN key ranks last, exactly
     if G == 1:
         return keys, None, delta, np.zeros(T)
@@ -186,16 +188,15 @@ def robust(spec, delta, gdelta):
 def _ideal_scores(config, inputs, ids):
     """(s [T, k] float64 scores at the routed ids before any renormalization or rsf, renormalizes?)."""
     x = inputs["logits"].astype(np.float64)
-    method = config.method
     take = lambda a: np.take_along_axis(a, ids, axis=-1)
-    if method == "renormalize":
-        return _softmax64(take(x)), False
-    if method == "topk":
-        return take(x), False
-    if method in ("llama4", "topk_sigmoid"):
-        return _sigmoid64(take(x)), False
-    s = take(_softmax64(x) if method in SOFTMAX_KEYS else _sigmoid64(x))
-    return s, spec_routing.renormalizes(method, config.renormalize)
+    scores = spec_routing.METHODS[config.method].scores
+    if scores == "softmax_of_selected":
+        s = _softmax64(take(x))
+    elif scores == "softmax":
+        s = take(_softmax64(x))
+    else:
+        s = _sigmoid64(take(x)) if scores == "sigmoid" else take(x)
+    return s, spec_routing.renormalizes(config.method, config.renormalize)
 
 
 def ideal_weights(config, inputs, ids):

@@ -18,6 +18,9 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
+from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
+from spec.routing import METHODS
+
 from .case import CaseError, MoEConfig, QuantConfig, RoutingConfig
 from .strategies import num_tokens
 
@@ -195,7 +198,7 @@ QUANT_SCHEME = {"fp8_block": "fp8_group", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 # Per-case spec cost is capped by the kernel's own limits: ≤ 8 tokens × top_k ≤ 8 experts, each expert's
 # weights generated on demand and cached (≈ 4 s per case for recipe + ideal on one CPU core while cold).
 MONO_MOE = "mono-moe"
-MONO_METHODS = ("renormalize", "default", "sigmoid_renorm", "sigmoid")
+MONO_METHODS = tuple(MONO_SCORING)  # the routing methods the kernel takes
 MONO_MAX_TOKENS = int(os.environ.get("DIFFTEST_MONO_MAX_TOKENS", "8"))
 PRESETS[MONO_MOE] = Preset(
     "renormalize",  # one of MONO_METHODS, drawn per case
@@ -255,7 +258,8 @@ def _trtllm_gen_routing(draw):
     grouped = G > 1
     most = min(8, E - 1, tg * (E // G) - 1 if grouped else E)
     k = 1 if method == "llama4" else draw(st.integers(1, most), label="top_k")
-    biased = method in ("deepseek_v3", "minimax2")
+    row = METHODS[method]
+    biased = row.biased
     renorm = biased or method == "sigmoid_renorm" and draw(st.booleans(), label="renormalize")
     shared = draw(st.integers(0, 2), label="shared") if grouped else 0
     tile = draw(st.sampled_from([8, 16, 32, 64, 128]), label="tile_tokens_dim")
@@ -267,8 +271,8 @@ def _trtllm_gen_routing(draw):
         method=method, num_tokens=draw(trtllm_gen_tokens(), label="num_tokens"), num_experts=E, top_k=k,
         n_group=G, topk_group=tg,
         routed_scaling_factor=draw(st.sampled_from([None, 1.0, 2.5, 2.826]), label="rsf") if biased else None,
-        renormalize=renorm or method not in ("deepseek_v3", "sigmoid_renorm"),
-        eps=1e-20 if method in ("deepseek_v3", "minimax2", "sigmoid_renorm") else 0.0,
+        renormalize=renorm or row.normalizes != "if_renormalize",
+        eps=1e-20 if row.keys == "sigmoid" and row.normalizes != "none" else 0.0,  # its σ kernels that renormalize
         logits_dtype=draw(st.sampled_from(["fp32", "bf16"]), label="logits_dtype"),
         bias_dtype=draw(st.sampled_from([None, "fp32", "fp32", "bf16"] if G > 1 else ["fp32", "fp32", "bf16"]),
                         label="bias_dtype") if biased else None,
