@@ -151,9 +151,15 @@ def keys64(config, inputs, recipe):
     elif method in SOFTMAX_KEYS:
         keys = _softmax64(x)
         dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
+        if used.exp == "ex2":  # fl(x − max) and 2^fl(z·fl(log2 e)): e^z off by 3|z|·u
+            with np.errstate(invalid="ignore"):
+                z = np.abs(x - x.max(axis=-1, keepdims=True))
+            dkey = dkey + 3 * U32 * np.where(np.isfinite(z), z, 0.0) * keys
     elif method in SIGMOID_KEYS:
         keys = _sigmoid64(x)
         dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
+        if used.exp == "ex2" and used.sigmoid == "expf":  # spec.routing.exp_exponents: σ off by 2|x|(1 − σ)·u
+            dkey = dkey + 2 * U32 * np.where(np.isfinite(x), np.abs(x), 0.0) * (1 - keys) * keys
         if used.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
             dkey = (U32 + u_s) * keys + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal
         if "bias" in inputs:
@@ -226,13 +232,15 @@ def underflow_term(config, inputs, ids, recipe):
       the rsf multiply add η₀ each, rsf·η₀ and η₀ (scale_then_divide: its multiply's η₀ is divided by the
       denominator, added to the numerator term instead).
     * the write in recipe.routing_weights: half its subnormal spacing.
+    * recipe.subnormals "flush" (CUDA FTZ): any result below the fp32 min normal may be written as 0, so η₀
+      is 2^-126 at every step instead of half the subnormal spacing.
     * scores or renormalization in a narrower format (recipe.routing_scores, routing_renorm): that format's half
       subnormal spacing added to η_s, and replacing η₀ for the renormalization steps.
     Where D(1 − γ) ≤ k·η_s the fp32 denominator may be 0 (eps = 0: 0/0 = NaN) or any tiny value: the weights
     are not bounded by the ideal at all (anything in [0, rsf], or NaN); those tokens are `degenerate` and are
     held to the recipe at their own ids instead."""
     recipe = recipe or impl_spec.DEFAULT
-    eta = FP32.min_subnormal / 2
+    eta = FP32.min_subnormal / 2 if recipe.subnormals == "keep" else FP32.min_normal  # flush: below 2^-126 → 0
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
     method, k = config.method, ids.shape[1]
     if method == "topk":
@@ -240,7 +248,7 @@ def underflow_term(config, inputs, ids, recipe):
     elif method in SOFTMAX_KEYS or method == "renormalize":
         eta_s = 2 * eta
     else:
-        eta_s = eta if recipe.sigmoid == "exact" else 2.0**-127
+        eta_s = eta if recipe.sigmoid == "exact" else max(eta, 2.0**-127)
     eta_s += as_format(recipe.routing_scores).min_subnormal / 2 if recipe.routing_scores != "fp32" else 0.0
     eta = max(eta, as_format(recipe.routing_renorm).min_subnormal / 2)  # each renorm step's absolute error
     write = as_format(recipe.routing_weights).min_subnormal / 2
@@ -270,6 +278,9 @@ def weight_bound(config, recipe, w, vs_ideal=False, inputs=None, ids=None):
         s, renorm = _ideal_scores(config, inputs, ids)
         score_sum = s.sum(axis=-1, keepdims=True) + config.eps if renorm else None
     exps = None if ids is None else spec_routing.softmax_exponents(inputs["logits"], config.method, ids)
+    if ids is not None and recipe.exp == "ex2":  # fast-math __expf: rounded arguments (spec.routing.exp_exponents)
+        extra = spec_routing.exp_exponents(inputs["logits"], config.method, ids, config.renormalize, recipe.sigmoid)
+        exps = exps if extra is None else extra + (0.0 if exps is None else exps)
     e = bounds.routing_weights(w, recipe, config.num_experts, config.top_k, score_sum, rsf, softmax_exponents=exps)
     return e.hard + e.ideal if vs_ideal else e.hard
 
@@ -542,8 +553,14 @@ def compare_routing(case, inputs, out, recipe, tag):
 
 
 def _bits(a):
+    """The bit patterns to compare: uint8 codes as they are, integer words (packed UE8M0 scales) as unsigned
+    integers of their width (never through float32, which cannot hold a 32-bit word), values as fp32 bits."""
     a = np.asarray(a)
-    return a.view(np.uint8) if a.dtype == np.uint8 else np.ascontiguousarray(a, np.float32).view(np.uint32)
+    if a.dtype == np.uint8:
+        return a
+    if a.dtype.kind in "iu":
+        return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}")
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _bit_exact(name, got, want, tag):

@@ -93,6 +93,7 @@ def route(config, inputs, recipe, ids=None):
         **routing_kwargs(config),
         bias_dtype=recipe.bias,
         sigmoid=recipe.sigmoid,
+        exp=recipe.exp,
         weights_dtype=recipe.routing_weights,
         renorm_order=recipe.renorm_order,
         group_score=recipe.group_score,

@@ -186,6 +186,8 @@ RUN = {"routing": _route, "quant": _quant, "moe": _moe, "trtllm_ops": _trtllm_op
 def unsupported(case):
     if case.op == "quant" and case.config.scheme == "nvfp4" and case.dist == "nonfinite":
         return "nvfp4: e2m1 has no NaN"
+    if case.op == "quant" and case.config.variant not in te.quant.QUANT_VARIANTS:
+        return f"variant {case.config.variant!r}: a device reciprocal (MUFU.RCP) that torch does not model"
     if case.op == "moe" and case.config.quant in ("fp8_block", "mxfp8", "nvfp4"):
         block = te.layer.BLOCK[case.config.quant]
         if case.config.hidden_size % block or case.config.intermediate_size % block:

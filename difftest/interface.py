@@ -44,6 +44,21 @@ class Impl(NamedTuple):
     run: Callable
 
 
+class SpacedImpl(NamedTuple):
+    """An Impl that also declares the configurations it covers (``space``, difftest/where.py)."""
+
+    name: str
+    version: str
+    ops: tuple
+    deterministic: bool
+    may_crash: bool
+    available: Callable
+    unsupported: Callable
+    recipe: Callable
+    run: Callable
+    space: dict
+
+
 # Built-ins by name -> "module:attribute"; resolved on first use so that listing never imports torch.
 REGISTRY = {
     "spec": "difftest.impl_spec:SPEC",
@@ -51,6 +66,7 @@ REGISTRY = {
     "torch-cuda": "difftest.impl_torch:TORCH_CUDA",
 }
 FLASHINFER_DIR = Path(__file__).resolve().parents[1] / "impls" / "flashinfer"
+SGLANG_DIR = Path(__file__).resolve().parents[1] / "impls" / "sglang"
 
 PROTOCOL = (
     "name",
@@ -97,30 +113,41 @@ def _one_line(e):
     return text if isinstance(e, ImportError) else f"{type(e).__name__}: {text}"
 
 
+def _adapter_names(directory, prefix):
+    if not directory.is_dir():
+        return {}
+    return {f"{prefix}.{p.stem}": f"impls.{prefix}.{p.stem}" for p in sorted(directory.glob("*.py"))
+            if not p.stem.startswith("_")}
+
+
 def flashinfer_names():
     """FlashInfer adapters by name -> module, found by file name (importing them never imports flashinfer)."""
-    if not FLASHINFER_DIR.is_dir():
-        return {}
-    return {
-        f"flashinfer.{p.stem}": f"impls.flashinfer.{p.stem}"
-        for p in sorted(FLASHINFER_DIR.glob("*.py"))
-        if not p.stem.startswith("_")
-    }
+    return _adapter_names(FLASHINFER_DIR, "flashinfer")
+
+
+def sglang_names():
+    """SGLang kernel adapters by name -> module, found by file name (importing them never imports sgl_kernel)."""
+    return _adapter_names(SGLANG_DIR, "sglang")
+
+
+def adapter_names():
+    return {**flashinfer_names(), **sglang_names()}
 
 
 def from_adapter_module(module):
-    """An Impl from an impls/flashinfer module (NAME, OP, DETERMINISTIC, RECIPE, available(),
+    """An Impl from an impls/flashinfer or impls/sglang module (NAME, OP, DETERMINISTIC, RECIPE, available(),
     unsupported(config), run(config, inputs)): the adapters take the case's config, not the case. A module
     whose recipe depends on the configuration defines ``recipe_for(config)``, returning a recipe name (impls/ never
-    imports spec/), instead of naming one RECIPE."""
+    imports spec/), instead of naming one RECIPE. A module with ``version()`` names its own package version
+    (otherwise flashinfer-python's); one with SPACE gives a SpacedImpl (the configurations it covers)."""
     from spec.recipes import NAMED
 
     fixed = NAMED.get(getattr(module, "RECIPE", None))
     per_config = getattr(module, "recipe_for", None)
     recipe = (lambda case: NAMED[per_config(case.config)]) if per_config else (lambda case: fixed)
-    return Impl(
+    fields = dict(
         name=module.NAME,
-        version=_flashinfer_version(),
+        version=module.version() if hasattr(module, "version") else _flashinfer_version(),
         ops=(module.OP,),
         deterministic=getattr(module, "DETERMINISTIC", False),
         may_crash=True,
@@ -129,6 +156,8 @@ def from_adapter_module(module):
         recipe=recipe,
         run=lambda case, inputs: module.run(case.config, with_stacked_weights(case, inputs)),
     )
+    space = getattr(module, "SPACE", None)
+    return Impl(**fields) if space is None else SpacedImpl(**fields, space=space)
 
 
 def with_stacked_weights(case, inputs):
@@ -151,7 +180,7 @@ def _flashinfer_version():
 
 def load(ref):
     """Resolve a registry name, ``package.module:NAME`` or ``path/file.py:NAME`` to an implementation."""
-    adapters = flashinfer_names()
+    adapters = adapter_names()
     if ref in adapters:
         try:
             return check_protocol(from_adapter_module(importlib.import_module(adapters[ref])), ref)
@@ -177,8 +206,8 @@ def load(ref):
 
 
 def names():
-    """Every implementation name known here: built-ins and FlashInfer adapters."""
-    return list(REGISTRY) + list(flashinfer_names())
+    """Every implementation name known here: built-ins, FlashInfer and SGLang adapters."""
+    return list(REGISTRY) + list(adapter_names())
 
 
 def listing():

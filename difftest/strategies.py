@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
-from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
+from spec.recipes import HOST_QUANT_VARIANTS, QUANT_VARIANTS, SCALE_FORMULAS
 
 from .case import (
     ACTIVATIONS,
@@ -158,7 +158,7 @@ def quant_configs(draw, scheme=None):
         hidden_size=H,
         group_size=group if scheme == "fp8_group" else 128,
         input_dtype=draw(st.sampled_from(["bf16", "fp16", "fp32"]), label="input_dtype"),
-        variant=draw(st.sampled_from(QUANT_VARIANTS), label="variant"),
+        variant=draw(st.sampled_from(HOST_QUANT_VARIANTS), label="variant"),
         scale_formula=draw(st.sampled_from(SCALE_FORMULAS), label="scale_formula"),
         scale_fmt=fmt,
         layout=draw(st.sampled_from(layouts), label="layout") if scheme == "fp8_group" else "row",
@@ -284,6 +284,9 @@ def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config
 _ROUTING_REACHABLE = {"method": ROUTING_METHODS, "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES),
                       "renormalize": (False, True), "eps": (0.0, 1e-20), "routed_scaling_factor": SCALING_FACTORS,
                       "group_mask_value": GROUP_MASK_VALUES}
+# Values the case model accepts that the default strategies leave to a `--where` filter or a plug-in's `space`: the
+# device quantizer fl(448·MUFU.RCP(amax)) (spec.recipes), which neither torch nor a host formulation computes.
+SPACE_ONLY = {"quant": {"variant": tuple(v for v in QUANT_VARIANTS if v not in HOST_QUANT_VARIANTS)}}
 REACHABLE = {
     "routing": {**_ROUTING_REACHABLE, "n_group": (1, 2, 4, 8), "num_fused_shared_experts": (0, 1, 2),
                 "tile_tokens_dim": (None, *TILE_TOKENS)},
@@ -292,7 +295,7 @@ REACHABLE = {
             "rsf_placement": RSF_PLACEMENTS, "router_weight_on_input": (False, True), "scale_fmt": SCALE_FMTS,
             "expert_weights": EXPERT_WEIGHTS},
     "quant": {"scheme": QUANT_SCHEMES, "group_size": GROUP_SIZES, "input_dtype": QUANT_INPUT_DTYPES,
-              "variant": QUANT_VARIANTS, "scale_formula": SCALE_FORMULAS, "scale_fmt": SCALE_FMTS,
+              "variant": HOST_QUANT_VARIANTS, "scale_formula": SCALE_FORMULAS, "scale_fmt": SCALE_FMTS,
               "layout": SCALE_LAYOUTS, "mx_rule": MX_RULES},
     "trtllm_ops": {"kernel": DEV_KERNELS, "dtype": DEV_DTYPES, "swiglu_controls": (False, True),
                    "weighted": (False, True), "hidden_padding": (0, 16, 128), "sf_layout": SF_LAYOUTS,

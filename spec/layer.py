@@ -18,15 +18,12 @@ import numpy as np
 from . import bounds
 from .bounds import Err, Quantized
 from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
-from .numerics import E2M1, E4M3FN, E8M0, decode, encode, round_to
+from .numerics import E2M1, E4M3FN, E8M0, decode, round_to
 from .quant import (
     E4M3_VALUES,
-    FP8_MAX,
     MX_BLOCK,
     NVFP4_BLOCK,
-    RCP448,
     block_scaled_gemm,
-    hopper_rcp,
     mxfp8_quant,
     nvfp4_global_scale,
     nvfp4_quant,
@@ -257,16 +254,12 @@ def _rcp_exact(x, group):
 
 
 def quant_448_div_amax(x, group):
-    """mono_moe's quantizer per (row, `group` columns): NaN → 0, amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)),
-    q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))), rcp the device's reciprocal (quant.hopper_rcp: exact for bf16
-    amax, i.e. the input quantizer; within ±1 ulp otherwise, which the bounds cover).
-    [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
+    """mono_moe's quantizer per (row, `group` columns): NaN → 0, then per_token_group_quant_fp8 with variant
+    "mul_448_div_amax" (amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)), q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))),
+    rcp the device's reciprocal: quant.hopper_rcp, exact for bf16 amax, i.e. the input quantizer; within ±1 ulp
+    otherwise, which the bounds cover). [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
     x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
-    g = x.reshape(x.shape[0], -1, group)
-    amax = np.maximum(np.abs(g).max(axis=-1), np.float32(QUANT_EPS))
-    s, inv = amax * RCP448, FP8_MAX * hopper_rcp(amax)
-    q = encode(np.clip(g * inv[..., None], -FP8_MAX, FP8_MAX), E4M3FN)
-    return q.reshape(x.shape), s
+    return per_token_group_quant_fp8(x, group, eps=QUANT_EPS, variant="mul_448_div_amax", scale_formula="mul_rcp448")
 
 
 def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK, scale_fmt="fp32"):
@@ -389,6 +382,7 @@ def _route(logits, bias, routing, rsf_placement, recipe, ids):
                 **options,
                 "bias_dtype": recipe.bias,
                 "sigmoid": recipe.sigmoid,
+                "exp": recipe.exp,
                 "weights_dtype": recipe.routing_weights,
                 "renorm_order": recipe.renorm_order,
                 "group_score": recipe.group_score,

@@ -79,11 +79,14 @@ def ue8m0_ceil_log2(s):
 
 
 def _scaled(x, s, amax, variant):
-    """x/s in the formulation `variant` names (docs/semantics.md §2.2): each operation one fp32 rounding."""
+    """x/s in the formulation `variant` names (docs/semantics.md §2.2): each operation one fp32 rounding;
+    "mul_448_div_amax" is 448/amax as CUDA's fast math evaluates it, fl(448·MUFU.RCP(amax)) (hopper_rcp)."""
     if variant == "div":
         return x / s
     if variant == "mul_rcp_scale":
         return x * (np.float32(1) / s)
+    if variant == "mul_448_div_amax":
+        return x * (FP8_MAX * hopper_rcp(amax))
     return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
 
 

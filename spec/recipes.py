@@ -9,9 +9,14 @@ implementation's precision. Format names are those of spec/numerics.py ("fp64", 
 from dataclasses import asdict, dataclass, replace
 
 SIGMOIDS = ("exact", "expf", "tanh")
+EXPS = ("rn", "ex2")  # how exp is evaluated: correctly rounded, or CUDA fast-math __expf (spec/routing.py _exp)
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
-QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")  # spec/quant.py per_token_group_quant_fp8
-ACT_QUANT_VARIANTS = (*QUANT_VARIANTS, "mul_448_div_amax")  # + mono_moe's, in spec/layer.py
+# spec/quant.py per_token_group_quant_fp8: the three host formulations (correctly rounded operations, drawn by the
+# strategies) and the device one, x·fl(448·rcp(amax)) with the GPU's reciprocal (quant.hopper_rcp), which only
+# implementations that declare it in their `space` are given (mono_moe, SGLang's fast-math quantizer).
+HOST_QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
+QUANT_VARIANTS = (*HOST_QUANT_VARIANTS, "mul_448_div_amax")
+ACT_QUANT_VARIANTS = QUANT_VARIANTS
 REQUANT_GROUPS = (64, 128)
 SCALE_FORMULAS = ("div448", "mul_rcp448")
 GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")
@@ -39,7 +44,9 @@ class Recipe:
     which underflows to 0 below x ≈ -88.7); weights are written in ``routing_weights``;
     ``renorm_order`` is ``w/(Σ+eps)·rsf`` or ``w·rsf/(Σ+eps)`` (trtllm-gen). Sigmoid ``tanh`` is
     ``0.5·tanhf(0.5x) + 0.5`` (fused_topk_deepseek) with tanhf correctly rounded; it is exactly 0 below
-    x ≈ -18.02 (tanhf = -1).
+    x ≈ -18.02 (tanhf = -1). ``exp`` says how the exponentials of the sigmoid and the softmax are evaluated:
+    ``rn`` correctly rounded, ``ex2`` as CUDA's fast-math ``__expf`` (``-use_fast_math``: MUFU.EX2 of
+    fl(x·fl(log2 e)), spec/routing.py ``_exp``), whose rounded argument moves e^x by up to 2|x|·u relatively.
     Routing arithmetic (torch paths that compute in the logits' dtype): σ / softmax are evaluated in fp32 and
     stored in ``routing_scores``; s + bias is stored in ``routing_bias_add``; a top-2 group sum in
     ``routing_group_scores``; the weight sum, + eps, the divide and the rsf multiply each in ``routing_renorm``
@@ -58,8 +65,8 @@ class Recipe:
     multiplies the stored expert output inside the finalize sum (trtllm-gen); "before_requant" multiplies
     the activation output (in ``act_out``) before the re-quantization (mono_moe). ``requant_group``: columns
     per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
-    ``mul_448_div_amax`` (mono_moe): NaN → 0, q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp the device's
-    reciprocal (quant.hopper_rcp), eps 1e-10.
+    ``mul_448_div_amax`` (mono_moe, SGLang's fast-math quantizer): q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp
+    the device's reciprocal (quant.hopper_rcp), eps 1e-10; mono_moe zeroes NaN inputs first.
     Weight preparation (moe cases whose expert weights come unquantized, MoEConfig.expert_weights): fp8_block
     weights are quantized per 128×128 tile (each half of a gated W13 on its own) with ``weight_quant_variant`` /
     ``weight_scale_formula`` (spec.quant.weight_block_quant), mxfp8 weights by ``mx_rule``, nvfp4 weights with one
@@ -74,6 +81,7 @@ class Recipe:
     logits: str = "fp32"
     bias: str = "fp32"
     sigmoid: str = "exact"
+    exp: str = "rn"
     routing_weights: str = "fp32"
     renorm_order: str = "divide_then_scale"
     group_score: str = "method"
@@ -102,7 +110,7 @@ class Recipe:
     weight_scale_formula: str = "div448"
 
     def __post_init__(self):
-        for field, allowed in (("sigmoid", SIGMOIDS), ("renorm_order", RENORM_ORDERS),
+        for field, allowed in (("sigmoid", SIGMOIDS), ("exp", EXPS), ("renorm_order", RENORM_ORDERS),
                                ("act_quant_variant", ACT_QUANT_VARIANTS), ("requant_variant", ACT_QUANT_VARIANTS),
                                ("requant_group", REQUANT_GROUPS),
                                ("act_scale_formula", SCALE_FORMULAS),
@@ -216,6 +224,21 @@ SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_varia
                                  act_scale_formula="mul_rcp448", gemm_acc="hopper_fp8",
                                  requant_variant="mul_rcp_amax", requant_scale_formula="mul_rcp448")
 
+# SGLang's own CUDA kernels as sglang-kernel 0.4.4 ships them for SM90 (sgl_kernel/sm90/common_ops.abi3.so, built
+# with -use_fast_math; docs/sglang.md has the source and SASS reading). moe_fused_gate (csrc/moe/moe_fused_gate.cu),
+# instantiated for the logits' dtype T, the bias read as T: σ = 1/(1 + __expf(-x)) (MUFU.EX2, MUFU.RCP) rounded to
+# T, s + b in T, the top-2 group sums in T, keys compared in T, ties to the lower expert / group index; weights the
+# selected σ in fp32, summed in selection order in fp32, w·rcp(Σ), times rsf in double when it is applied. SGLang
+# calls it with the logits cast to fp32 and its fp32 correction bias (the fp32 row); the bf16 instantiation with the
+# bias cast to the logits' bf16 is the pre-fix path. CUDA stores flush subnormals.
+SGLANG_MOE_FUSED_GATE = Recipe(name="sglang_moe_fused_gate", sigmoid="expf", exp="ex2", subnormals="flush")
+SGLANG_MOE_FUSED_GATE_BF16 = SGLANG_MOE_FUSED_GATE.but(
+    name="sglang_moe_fused_gate_bf16", logits="bf16", bias="bf16", routing_scores="bf16", routing_bias_add="bf16",
+    routing_group_scores="bf16")
+# topk_softmax (csrc/moe/moe_topk_softmax_kernels.cu): fp32 softmax of the logits with __expf, Σ in fp32 (warp
+# butterfly or block reduce), p·rcp(Σ); top-k by iterated argmax, ties to the lower index; renormalize: w·rcp(Σ w).
+SGLANG_TOPK_SOFTMAX = Recipe(name="sglang_topk_softmax", exp="ex2", subnormals="flush")
+
 # The project's torch eager implementation (impls/torch_eager/recipe.py declares the same, per quant path;
 # tests/test_recipes.py holds the two equal): exact fp32 sigmoid, bf16 GEMM1/activation/expert stores, the
 # intermediate re-quantized 1×128 (1×32, 1×16 for mxfp8, nvfp4) from its bf16 value, router weight on GEMM2's
@@ -232,7 +255,8 @@ TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_
 NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK_DEEPSEEK, FUSED_TOPK_DEEPSEEK_BF16,
                               TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT, TRTLLM_GEN_NOGEMM_BF16,
                               TRTLLM_GEN_NOGEMM_FP8_BLOCK, *TRTLLM_GEN_NOGEMM_AS_BUILT,
-                              SGLANG_TRITON_FP8_BLOCK, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
+                              SGLANG_TRITON_FP8_BLOCK, SGLANG_MOE_FUSED_GATE, SGLANG_MOE_FUSED_GATE_BF16,
+                              SGLANG_TOPK_SOFTMAX, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
                               TORCH_EAGER_NVFP4, *TORCH_EAGER_CUDA)}
 
 

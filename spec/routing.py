@@ -13,7 +13,9 @@ apply there. Sigmoid ``"exact"`` is the float64 value rounded once to fp32, henc
 x = -150 ln 2 ≈ -103.97; ``"expf"`` is 1/(1 + fl(exp(-x))) in fp32, which is 0 once exp(-x) overflows,
 below x ≈ -88.72; ``"tanh"`` is 0.5·fl(tanh(0.5x)) + 0.5 in fp32 (fused_topk_deepseek), 0 below
 x ≈ -18.02. When every selected sigmoid is 0 the renormalizing eps decides: 0/(0 + 0) = NaN,
-0/(0 + 1e-20) = 0.
+0/(0 + 1e-20) = 0. ``exp="ex2"`` evaluates the exponentials of "expf" and of the softmax as CUDA's fast-math
+``__expf``: 2^fl(x·fl(log2 e)), the power of two of the rounded argument rounded once to fp32 (MUFU.EX2 is within
+2 ulps of that; the rounded argument moves e^x by up to 2|x|·u, which ``exp_exponents`` bounds).
 
 Routing arithmetic. ``scores_dtype`` stores σ / softmax (evaluated as above, then rounded), ``bias_add_dtype``
 s + b, ``group_scores_dtype`` a top-2 group sum, ``renorm_dtype`` each of Σw (the fp32 left-to-right sum
@@ -61,7 +63,7 @@ from typing import NamedTuple
 import numpy as np
 
 from spec.numerics import round_to
-from spec.recipes import GROUP_SCORES, RENORM_ORDERS, ROUTING_ARITHMETIC, SIGMOIDS
+from spec.recipes import EXPS, GROUP_SCORES, RENORM_ORDERS, ROUTING_ARITHMETIC, SIGMOIDS
 
 ROUTED_DTYPES = ("fp32", "bf16")  # allowed bias_dtype and weights_dtype
 KEY_CLASSES = ("raw", "softmax", "sigmoid")  # what a method ranks: the logits, a softmax over all E, σ(x) (+ bias)
@@ -94,6 +96,7 @@ class _Options(NamedTuple):
     group_mask_value: float = -np.inf
     bias_dtype: str = "fp32"
     sigmoid: str = "exact"
+    exp: str = "rn"
     weights_dtype: str = "fp32"
     renorm_order: str = "divide_then_scale"
     group_score: str = "method"
@@ -155,6 +158,7 @@ def _check_options(method, o, num_experts):
                  "forced ids must be distinct within a token")
     for name, value, allowed in (("bias_dtype", o.bias_dtype, ROUTED_DTYPES),
                                  ("sigmoid", o.sigmoid, SIGMOIDS),
+                                 ("exp", o.exp, EXPS),
                                  ("weights_dtype", o.weights_dtype, ROUTED_DTYPES),
                                  ("renorm_order", o.renorm_order, RENORM_ORDERS),
                                  ("group_score", o.group_score, GROUP_SCORES),
@@ -201,9 +205,16 @@ def _sum_in_order(x):
     return total
 
 
-def _exp(x, dtype):
-    """fl(exp(x)): the float64 exponential rounded once to dtype (overflow → inf, underflow → 0)."""
-    return np.exp(x.astype(np.float64)).astype(dtype)
+LOG2E = np.float32(np.log2(np.e))  # fl(log2 e), the constant __expf multiplies by
+
+
+def _exp(x, dtype, how="rn"):
+    """fl(exp(x)): "rn" the float64 exponential rounded once to dtype; "ex2" fast-math __expf, 2^fl(x·fl(log2 e))
+    with the fp32 product, then the power of two rounded once (overflow → inf, underflow → 0)."""
+    with np.errstate(over="ignore"):
+        if how == "ex2" and dtype == np.float32:
+            return np.exp2((x.astype(np.float32) * LOG2E).astype(np.float64)).astype(dtype)
+        return np.exp(x.astype(np.float64)).astype(dtype)
 
 
 def _sigmoid(x, o):
@@ -215,13 +226,13 @@ def _sigmoid(x, o):
     one, half = o.dtype(1), o.dtype(0.5)
     if o.sigmoid == "tanh":
         return _at(half * np.tanh((half * x).astype(np.float64)).astype(o.dtype) + half, o.scores_dtype, o)
-    return _at(one / (one + _exp(-x, o.dtype)), o.scores_dtype, o)
+    return _at(one / (one + _exp(-x, o.dtype, o.exp)), o.scores_dtype, o)
 
 
 def _softmax(x, o):
     """p = exp(x - max x) / Σ exp(x - max x) per row: difference and exp rounded, Σ left to right, true
     division; stored in scores_dtype."""
-    e = _exp(x - x.max(axis=-1, keepdims=True), o.dtype)
+    e = _exp(x - x.max(axis=-1, keepdims=True), o.dtype, o.exp)
     return _at(e / _sum_in_order(e)[:, None], o.scores_dtype, o)
 
 
@@ -470,7 +481,7 @@ RAW_KEY_METHODS = tuple(m for m, row in METHODS.items() if row.keys == "raw")  #
 def route(logits, bias=None, *, method, **options):
     """Route with the named method of ROUTING_METHODS. Options, all keyword: top_k, n_group=1, topk_group=1,
     routed_scaling_factor=None, renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=-inf,
-    bias_dtype="fp32", sigmoid="exact", weights_dtype="fp32", renorm_order="divide_then_scale",
+    bias_dtype="fp32", sigmoid="exact", exp="rn", weights_dtype="fp32", renorm_order="divide_then_scale",
     group_score="method", scores_dtype="fp32", bias_add_dtype="fp32", group_scores_dtype="fp32",
     renorm_dtype="fp32", ideal=False, ids=None (forced routed ids [T, top_k])."""
     _require(method in METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
@@ -488,6 +499,28 @@ def expert_parallel_ids(ids, local_expert_offset, local_num_experts):
              f"local_num_experts must be an integer >= 0, got {local_num_experts!r}")
     local = (ids >= local_expert_offset) & (ids < local_expert_offset + local_num_experts)
     return np.where(local, ids, -1).astype(np.int32)
+
+
+def exp_exponents(logits, method, ids, renormalize=True, sigmoid="expf"):
+    """The relative error, in units of u, that fast-math exponentials (exp="ex2") add to the weights at `ids`
+    [T, k] through their rounded arguments; None where no exponential of the recipe is evaluated so. e^x computed
+    as 2^fl(x·fl(log2 e)) carries 2|x|·u relatively (the product and the constant each round once). Softmax
+    methods: 2·softmax_exponents (z = x − max exponentiated). Sigmoid methods with sigmoid "expf":
+    σ' = 1/(1 + e^{-x}(1 + ε)) moves by ε(1 − σ) relatively, a = 2|x|(1 − σ); renormalized weights
+    s_i/Σ_j s_j over the k ids carry a_i + Σ_j q_j·a_j (q = s/Σ s), unrenormalized a_i."""
+    if method in (*SOFTMAX_METHODS, "renormalize"):
+        return 2 * softmax_exponents(logits, method, ids)
+    if method not in (*SIGMOID_METHODS, "llama4", "topk_sigmoid") or sigmoid != "expf":
+        return None
+    x = np.take_along_axis(np.asarray(logits, np.float64), np.asarray(ids, np.int64), axis=-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = 1 / (1 + np.exp(-x))
+        a = np.where(np.isfinite(x), 2 * np.abs(x) * (1 - s), 0.0)
+        if not renormalizes(method, renormalize):
+            return a
+        q = s / s.sum(axis=-1, keepdims=True)
+        weighted = np.where(q > 0, q * a, 0.0).sum(axis=-1, keepdims=True)
+    return a + np.where(np.isfinite(weighted), weighted, 0.0)
 
 
 def softmax_exponents(logits, method, ids):

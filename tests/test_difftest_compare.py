@@ -333,3 +333,12 @@ def test_softmax_weights_carry_the_rounded_exponent():
         w2[0, i] = np.float32(w[0, i] + factor * (exact - float(w[0, i])))
         out = {"ids": spec["ids"], "weights": w2}
         assert compare.compare_routing(case, {"logits": logits}, out, None, "t").ok is ok
+
+
+def test_packed_scale_words_are_compared_as_integers_not_through_float32():
+    """Two UE8M0 words one code apart in the low byte are the same float32 value (2^30 + 1 rounds to 2^30): the
+    bit-exact check must still see them differ, and name the words in hex."""
+    got, want = np.array([[0x7A7A7A7A]], np.int32), np.array([[0x7A7A7A7B]], np.int32)
+    assert np.float32(got[0, 0]) == np.float32(want[0, 0])
+    v = compare._bit_exact("scale_buffer as ue8m0_packed", got, want, "t")
+    assert not v.ok and "0x7a7a7a7a but spec=0x7a7a7a7b" in v.message

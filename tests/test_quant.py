@@ -15,6 +15,7 @@ from spec.bounds import accumulation
 from spec.numerics import E2M1, E4M3FN, E8M0, decode, round_to
 from spec.quant import (
     GROUP_SIZES,
+    MUFU_RCP_BF16_ULPS,
     RCP448,
     block_scaled_gemm,
     hopper_rcp,
@@ -120,6 +121,23 @@ def test_variants_differ_by_at_most_one_code_on_rare_elements():
     assert ulps.max() == 1 and 0.2 < (ulps == 1).mean() < 0.9
 
 
+def test_device_reciprocal_variant_differs_where_mufu_does():
+    """mul_448_div_amax is mul_rcp_amax with 1/amax taken from quant.hopper_rcp: bf16 amax whose significand has a
+    0 in MUFU_RCP_BF16_ULPS quantize identically; where MUFU.RCP is one ulp off, a code changes only when x·448/amax
+    sits on an e4m3 rounding midpoint (x = amax·j/256: one of the 20 such significands here)."""
+    m = np.arange(128)
+    amax = (1 + m / 128).astype(np.float32)  # every bf16 significand
+    x = (amax[:, None] * np.arange(1, 257) / 256).astype(np.float32)  # column 255 is amax itself
+    x = np.concatenate([x, np.zeros((128, 256), np.float32)], axis=1)  # 2 groups of 256
+    x = round_to(x, "bf16").astype(np.float32)
+    q_rn, s_rn = per_token_group_quant_fp8(x, 256, variant="mul_rcp_amax", scale_formula="mul_rcp448")
+    q_dev, s_dev = per_token_group_quant_fp8(x, 256, variant="mul_448_div_amax", scale_formula="mul_rcp448")
+    np.testing.assert_array_equal(s_dev, s_rn)
+    exact = np.array([c == "0" for c in MUFU_RCP_BF16_ULPS])
+    np.testing.assert_array_equal(q_dev[exact], q_rn[exact])
+    assert (q_dev[~exact] != q_rn[~exact]).any(axis=1).sum() >= 1
+
+
 def test_rejects_bad_input():
     x = np.ones((2, 256), np.float32)
     with pytest.raises(ValueError, match="multiple"):
@@ -135,9 +153,10 @@ def test_rejects_bad_input():
 
 
 def _roundings(variant, scale_formula):
-    """fp32 roundings between x/s (s the returned scale) and the value handed to e4m3 rounding."""
-    if variant == "mul_rcp_amax":
-        return 3 + (1 if scale_formula == "div448" else 2)
+    """fp32 roundings between x/s (s the returned scale) and the value handed to e4m3 rounding; the device
+    reciprocal of mul_448_div_amax (within 1 ulp of the correctly rounded one) counts as one more."""
+    if variant in ("mul_rcp_amax", "mul_448_div_amax"):
+        return 3 + (1 if scale_formula == "div448" else 2) + (variant == "mul_448_div_amax")
     return {"div": 1, "mul_rcp_scale": 2}[variant]
 
 

@@ -26,11 +26,37 @@ def field_value(config, op, field):
 
 @pytest.mark.parametrize("op", OPS)
 def test_every_accepted_value_is_reachable(op):
-    reachable = strategies.REACHABLE[op]
+    reachable, space_only = strategies.REACHABLE[op], strategies.SPACE_ONLY.get(op, {})
     for field, accepted in FIELD_DOMAINS[op].items():
         assert field in reachable, f"{op}.{field}: no strategy draws it"
-        assert {_key(v) for v in reachable[field]} == {_key(v) for v in accepted}, (
-            f"{op}.{field}: the strategies reach {reachable[field]}, the case model accepts {accepted}")
+        got = {_key(v) for v in (*reachable[field], *space_only.get(field, ()))}
+        assert got == {_key(v) for v in accepted}, (
+            f"{op}.{field}: the strategies reach {reachable[field]} (+ {space_only.get(field, ())} through a "
+            f"filter), the case model accepts {accepted}")
+
+
+def _drawn_values(op, configs, field):
+    """{value of field} over 20 derandomized draws of configs."""
+    seen = set()
+
+    @settings(max_examples=20, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategies.cases(op, configs))
+    def draw(case):
+        seen.add(field_value(case.config, op, field))
+
+    draw()
+    return seen
+
+
+def test_space_only_values_are_drawn_through_a_filter():
+    """A value left to --where / a plug-in's space is drawn when asked for."""
+    from difftest import where
+    for op, fields in strategies.SPACE_ONLY.items():
+        for field, values in fields.items():
+            for v in values:
+                flt = dict([where.parse(f"{field}={v}")])
+                seen = set().union(*(_drawn_values(op, configs, field) for _, configs in where.slices(op, flt, None)))
+                assert seen == {v}, f"{op}.{field}={v}: drew {seen}"
 
 
 def drawn(op):

@@ -46,7 +46,7 @@ from spec import quant as sq
 from spec import routing as sr
 from spec.layer import moe_layer
 from spec.numerics import BF16, E2M1, FP32, encode
-from spec.recipes import Recipe
+from spec.recipes import HOST_QUANT_VARIANTS, Recipe
 
 U = FP32.unit_roundoff
 TINY = FP32.min_subnormal
@@ -433,7 +433,7 @@ LAYOUT_FLAGS = {
     group=st.sampled_from(sq.GROUP_SIZES),
     groups=st.integers(1, 4),
     dtype=st.sampled_from(["bf16", "fp16", "fp32"]),
-    variant=st.sampled_from(sq.QUANT_VARIANTS),
+    variant=st.sampled_from(HOST_QUANT_VARIANTS),
     formula=st.sampled_from(["div448", "mul_rcp448"]),
     fmt=st.sampled_from(["fp32", "ue8m0"]),
     layout=st.sampled_from(["row", "col", "col_tma"]),

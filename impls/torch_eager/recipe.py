@@ -1,8 +1,9 @@
 """Where impls/torch_eager rounds, per quant path, keyed by the field names of spec/recipes.py ``Recipe``.
 
 Routing fields are the defaults of ``route``; its keywords bias_dtype, weights_dtype and renorm_order override
-them per call. The sigmoid is "exact": float64 sigmoid rounded once to fp32 (routing.sigmoid). Equal keys go to
-the lower expert index, equal group scores to the lower group (routing.descending_order: a stable sort).
+them per call. The sigmoid is "exact": float64 sigmoid rounded once to fp32 (routing.sigmoid); exponentials are
+torch's (exp "rn": within an ulp, no fast-math argument rounding). Equal keys go to the lower expert index, equal
+group scores to the lower group (routing.descending_order: a stable sort).
 Quantized paths: activations and the bf16 intermediate are quantized per token with s = fl(amax / 448) and
 q = e4m3(x / s) (fp8_block, groups of 128); mxfp8 rounds that s up to a power of two (groups of 32, the
 "ceil448" rule, exact x / s); nvfp4 uses groups of 16, a per-token encode global scale and the TRT-LLM scale
@@ -12,7 +13,7 @@ of a gated W13 on its own), s = fl(max(amax, 1e-10) / 448), q = e4m3(w / s); mxf
 global scale per expert matrix.
 """
 
-_BASE = dict(logits="fp32", bias="fp32", sigmoid="exact", routing_weights="fp32",
+_BASE = dict(logits="fp32", bias="fp32", sigmoid="exact", exp="rn", routing_weights="fp32",
              renorm_order="divide_then_scale", group_score="method", routing_scores="fp32",
              routing_bias_add="fp32", routing_group_scores="fp32", routing_renorm="fp32",
              act_quant_variant="div", act_scale_formula="div448",

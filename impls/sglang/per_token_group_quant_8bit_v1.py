@@ -1,0 +1,32 @@
+"""SGLang per-token-group FP8 quantization, v1 kernel at every group size (csrc/gemm/per_token_group_quant_8bit.cu;
+what the wrapper runs for group sizes other than 16..128, and for any with enable_v2=False). Buffers, layouts and
+launch: impls/sglang/per_token_group_quant_8bit.py.
+
+v1 (-use_fast_math, SASS in docs/sglang.md), bf16 / fp16 / fp32 inputs: amax = max(eps, |x|...) (fmaxf);
+s = fl(amax·MUFU.RCP(448)) = fl(amax·fl(1/448)); q = e4m3_satfinite(clamp(fl(x·MUFU.RCP(s)), ±448)): variant
+"mul_rcp_scale" (MUFU.RCP of an arbitrary fp32 s is within one ulp of the correctly rounded reciprocal the spec
+takes, so a code may differ where x·(1/s) lies within that ulp of an e4m3 rounding midpoint). UE8M0:
+s = MUFU.EX2(ceil(MUFU.LG2(max(s, 1e-10)))), byte (int)MUFU.LG2(s) + 127: a second floor at 1e-10 on the scale
+(not the amax) and an approximate log2 where the spec rounds s up by its bits.
+"""
+
+from . import per_token_group_quant_8bit as _wrapper
+from ._env import problem, version  # noqa: F401 (version: the registry's)
+
+NAME = "sglang.per_token_group_quant_8bit_v1"
+OP = "quant"
+DETERMINISTIC = True
+RECIPE = None
+SPACE = {"scheme": "fp8_group", "variant": _wrapper.VARIANT["v1"], "scale_formula": _wrapper.SCALE_FORMULA}
+
+
+def available():
+    return problem()
+
+
+def unsupported(config):
+    return _wrapper._unsupported(config, "v1")
+
+
+def run(config, inputs, device="cuda"):
+    return _wrapper._run(config, inputs, False, device)

@@ -1,0 +1,285 @@
+"""SGLang kernel adapters on CPU: availability reasons, declared limits, recipes and spaces, and the argument and
+output plumbing against a stand-in for sgl_kernel that computes the kernels' documented results on CPU (so the
+comparison passes only if the adapter hands the kernel the right arguments and reads its buffers right), with
+broken stand-ins that must fail. The kernels themselves run on the H200 (campaigns/h200/sglang_call.sh)."""
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from difftest import check, interface, where  # noqa: E402
+from difftest.case import Case, QuantConfig, RoutingConfig  # noqa: E402
+from impls.sglang import ADAPTERS, _env, adapter  # noqa: E402
+from impls.sglang import per_token_group_quant_8bit as ptg  # noqa: E402
+from spec import layouts  # noqa: E402
+from spec import routing as sr  # noqa: E402
+from spec.quant import per_token_group_quant_fp8, ue8m0_ceil  # noqa: E402
+from spec.recipes import NAMED  # noqa: E402
+
+MFG = adapter("moe_fused_gate")
+MFG_BF16 = adapter("moe_fused_gate_bf16")
+TOPK = adapter("topk_softmax")
+V1 = adapter("per_token_group_quant_8bit_v1")
+
+
+# ---- a CPU stand-in for sgl_kernel: the documented results, written the way the kernels write them
+
+
+def _route(logits, bias, **options):
+    return sr.route(logits.float().numpy(), None if bias is None else bias.float().numpy(), **options)
+
+
+def fake_moe_fused_gate(inp, bias, n_group, topk_group, topk, shared, rsf, apply_rsf, *, renorm=True):
+    bf16 = inp.dtype == torch.bfloat16
+    narrow = {"bias_dtype": "bf16", "scores_dtype": "bf16", "bias_add_dtype": "bf16",
+              "group_scores_dtype": "bf16"} if bf16 else {}
+    assert bias.dtype == inp.dtype, "the kernel's host check: input and bias should have the same dtype"
+    r = _route(inp, bias, method="deepseek_v3", top_k=topk - shared, n_group=n_group, topk_group=topk_group,
+               routed_scaling_factor=rsf if apply_rsf else None, renormalize=renorm, num_fused_shared_experts=shared,
+               sigmoid="expf", exp="ex2", **narrow)
+    return [torch.from_numpy(r.weights.astype(np.float32)), torch.from_numpy(r.ids.astype(np.int32))]
+
+
+def fake_topk_softmax(weights, ids, logits, renormalize, moe_softcapping=0.0, correction_bias=None):
+    r = _route(logits, None, method="renormalize_naive" if renormalize else "default", top_k=weights.shape[1],
+               exp="ex2")
+    weights.copy_(torch.from_numpy(r.weights.astype(np.float32)))
+    ids.copy_(torch.from_numpy(r.ids.astype(np.int32)))
+
+
+def fake_quant(x, q, s, group, eps, fp8_min, fp8_max, ue8m0, enable_v2=None, *, row_major_writes=False,
+               skip_tail=False):
+    """Writes through output_s's own strides, as the kernels do; row_major_writes: ignore them (a layout bug);
+    skip_tail: leave the padding bytes of the last packed word unwritten (v1 does)."""
+    assert (eps, fp8_min, fp8_max) == (1e-10, -448.0, 448.0)
+    kernel = ptg.kernel_for(group, enable_v2)
+    codes, scales = per_token_group_quant_fp8(x.float().numpy(), group, variant=ptg.VARIANT[kernel],
+                                              scale_formula=ptg.SCALE_FORMULA, scale_fmt="ue8m0" if ue8m0 else "fp32")
+    q.view(torch.uint8).copy_(torch.from_numpy(codes))
+    target = torch.as_strided(s, s.shape, (s.shape[1], 1)) if row_major_writes else s
+    if not ue8m0:
+        target.copy_(torch.from_numpy(scales))
+        return
+    e8 = ue8m0_ceil(scales)
+    words = layouts.pack_ue8m0(e8)
+    if skip_tail:  # the bytes past group G keep what the buffer held (the adapter's poison)
+        padded = np.full((e8.shape[0], words.shape[1] * 4), ptg.POISON, np.uint8)
+        padded[:, :e8.shape[1]] = e8
+        words = padded.view(np.int32)
+    target.copy_(torch.from_numpy(words))
+
+
+@pytest.fixture
+def fake_kernels(monkeypatch):
+    """sgl_kernel replaced by the CPU stand-in (the attributes may be swapped per test), launches unchecked."""
+    mod = types.ModuleType("sgl_kernel")
+    mod.moe_fused_gate = fake_moe_fused_gate
+    mod.topk_softmax = fake_topk_softmax
+    mod.sgl_per_token_group_quant_8bit = fake_quant
+    monkeypatch.setitem(sys.modules, "sgl_kernel", mod)
+    monkeypatch.setattr(_env, "launch_check", lambda kernel: None)
+    return mod
+
+
+def on_cpu(name):
+    mod = adapter(name)
+    impl = interface.from_adapter_module(mod)
+    return impl._replace(run=lambda case, inputs: mod.run(case.config, inputs, device="cpu"))
+
+
+def routing_case(method="deepseek_v3", **kw):
+    base = dict(method=method, num_tokens=8, num_experts=64, top_k=6, n_group=8, topk_group=4,
+                routed_scaling_factor=2.5, bias_dtype="fp32")
+    if method != "deepseek_v3":
+        base.update(n_group=1, topk_group=1, routed_scaling_factor=None, bias_dtype=None)
+    return RoutingConfig(**{**base, **kw})
+
+
+# ---- availability, registry, declarations
+
+
+def test_every_adapter_is_listed_with_the_missing_package_as_reason():
+    rows = {name: reason for name, _, _, reason in interface.listing()}
+    for stem in ADAPTERS:
+        assert rows[f"sglang.{stem}"] == _env.package_problem()
+    assert _env.package_problem().startswith("sgl_kernel is not installed (expected sglang-kernel 0.4.4")
+
+
+def test_availability_reports_wrong_version_and_then_the_device(monkeypatch):
+    monkeypatch.setattr(_env.importlib.metadata, "version", lambda dist: "0.4.10")
+    assert _env.problem().startswith("sglang-kernel 0.4.10 is installed, expected 0.4.4")
+    monkeypatch.setattr(_env.importlib.metadata, "version", lambda dist: "0.4.4")
+    monkeypatch.setattr(_env.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _env.problem() == "no CUDA device (torch.cuda.is_available() is False)"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (10, 0))
+    assert _env.problem() == "compute capability 10.0 not supported (needs 9.0)"
+
+
+def test_adapters_name_recipes_the_spec_defines_and_spaces_that_parse():
+    for stem in ADAPTERS:
+        mod = adapter(stem)
+        assert mod.RECIPE is None or mod.RECIPE in NAMED, mod.NAME
+        impl = interface.from_adapter_module(mod)
+        assert impl.space == mod.SPACE and impl.may_crash and impl.deterministic
+        assert where.from_space(impl.space, mod.NAME)  # every field and value is one a filter accepts
+
+
+def test_recipes_state_the_fast_math_build():
+    for name in ("sglang_moe_fused_gate", "sglang_moe_fused_gate_bf16", "sglang_topk_softmax"):
+        r = NAMED[name]
+        assert (r.exp, r.subnormals, r.routing_weights, r.renorm_order) == ("ex2", "flush", "fp32",
+                                                                            "divide_then_scale")
+    fp32, bf16 = NAMED["sglang_moe_fused_gate"], NAMED["sglang_moe_fused_gate_bf16"]
+    assert fp32.sigmoid == bf16.sigmoid == "expf"
+    assert (fp32.bias, fp32.routing_scores, fp32.routing_bias_add, fp32.routing_group_scores) == ("fp32",) * 4
+    assert (bf16.bias, bf16.routing_scores, bf16.routing_bias_add, bf16.routing_group_scores) == ("bf16",) * 4
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"method": "deepseek_v2", "bias_dtype": None}, "deepseek_v3 routing only"),
+    ({"renormalize": False}, "always renormalizes"),
+    ({"eps": 1e-20}, "plain sum"),
+    ({"num_experts": 48, "n_group": 8, "top_k": 4}, "not a power of two"),
+    ({"num_experts": 64, "n_group": 1, "topk_group": 1}, "64 > 32"),
+    ({"num_experts": 8, "n_group": 8, "top_k": 2}, "one-expert groups"),
+])
+def test_moe_fused_gate_refusals(change, reason):
+    assert reason in MFG.unsupported(routing_case(**change))
+
+
+def test_moe_fused_gate_accepts_deepseek_v3_and_the_bf16_instantiation_only_bf16_logits():
+    assert MFG.unsupported(routing_case()) is None
+    assert MFG.unsupported(routing_case(logits_dtype="bf16", bias_dtype=None)) is None
+    assert "reads bf16 logits" in MFG_BF16.unsupported(routing_case())
+    assert MFG_BF16.unsupported(routing_case(logits_dtype="bf16")) is None
+    assert MFG.limits(64, 64).startswith("one-expert groups") and "> 32" in MFG.limits(128, 64)
+
+
+def test_topk_softmax_refusals():
+    assert TOPK.unsupported(routing_case("default")) is None
+    assert TOPK.unsupported(routing_case("renormalize_naive", eps=1e-20)) == \
+        "eps=1e-20: the kernel renormalizes by the plain sum"
+    assert TOPK.unsupported(routing_case("default", eps=1e-20)) is None  # default never divides
+    assert "unscaled" in TOPK.unsupported(routing_case("default", routed_scaling_factor=2.5))
+    assert "softmax → top-k" in TOPK.unsupported(routing_case("renormalize"))
+
+
+def quant_config(**kw):
+    return QuantConfig(**{**dict(scheme="fp8_group", num_tokens=5, hidden_size=384, group_size=128,
+                                 input_dtype="bf16", variant="mul_448_div_amax", scale_formula="mul_rcp448"), **kw})
+
+
+def test_quant_dispatch_and_refusals():
+    assert [ptg.kernel_for(g) for g in (16, 32, 64, 128, 256)] == ["v2"] * 4 + ["v1"]
+    assert ptg.kernel_for(128, enable_v2=False) == "v1"
+    assert ptg.unsupported(quant_config()) is None
+    assert "DISPATCH_PYTORCH_DTYPE_TO_CTYPE_FP16" in ptg.unsupported(quant_config(input_dtype="fp32"))
+    assert V1.unsupported(quant_config(input_dtype="fp32", variant="mul_rcp_scale")) is None
+    assert "quantizer is 'mul_rcp_scale'" in V1.unsupported(quant_config())
+    assert "row-major" in ptg.unsupported(quant_config(scale_fmt="ue8m0", layout="row"))
+    assert "K/128" in ptg.unsupported(quant_config(scale_fmt="ue8m0", layout="ue8m0_packed", group_size=64))
+    assert ptg.unsupported(quant_config(scale_fmt="ue8m0", layout="ue8m0_packed")) is None
+    assert "mxfp8" in ptg.unsupported(quant_config(scheme="mxfp8", group_size=128))
+
+
+@pytest.mark.parametrize("layout, T", [("row", 5), ("col", 5), ("col", 1), ("col_tma", 5), ("col_tma", 4),
+                                       ("ue8m0_packed", 5), ("ue8m0_packed", 0)])
+def test_output_scale_has_the_spec_layouts_strides_and_size(layout, T):
+    H, group = 1280, 128  # G = 10: not a multiple of 4
+    view, base = ptg.output_scale(T, H, group, layout, "cpu")
+    s = np.zeros((T, H // group), np.float32) + 2.0**-3
+    spec = {"row": layouts.row_major, "col": layouts.column_major, "col_tma": layouts.column_major_tma,
+            "ue8m0_packed": layouts.ue8m0_packed}[layout](s)
+    assert tuple(view.shape) == spec.shape and base.numel() * base.element_size() == spec.data.nbytes
+    if T > 1:
+        assert tuple(view.stride()) == tuple(spec.strides)
+    assert (base.view(torch.uint8) == ptg.POISON).all()
+
+
+# ---- plumbing through the stand-in: passes when right, fails when the kernel (stand-in) is wrong
+
+
+@pytest.mark.parametrize("name, config", [
+    ("moe_fused_gate", routing_case()),
+    ("moe_fused_gate", routing_case(routed_scaling_factor=None, num_fused_shared_experts=2, logits_dtype="bf16")),
+    ("moe_fused_gate", routing_case(num_experts=16, n_group=1, topk_group=1, top_k=3, bias_dtype=None)),
+    ("moe_fused_gate_bf16", routing_case(logits_dtype="bf16", num_fused_shared_experts=1)),
+    ("topk_softmax", routing_case("default", logits_dtype="fp16")),
+    ("topk_softmax", routing_case("renormalize_naive", num_experts=12, top_k=4)),
+])
+def test_routing_adapters_pass_with_the_documented_kernel(fake_kernels, name, config):
+    for dist, seed in (("normal", 0), ("near_ties", 1), ("glm_bias", 2)):
+        r = check.run_case(on_cpu(name), Case("routing", config, dist, seed))
+        assert r.status == "pass", r.message
+
+
+def test_moe_fused_gate_without_renormalization_fails(fake_kernels):
+    fake_kernels.moe_fused_gate = lambda *a: fake_moe_fused_gate(*a, renorm=False)
+    r = check.run_case(on_cpu("moe_fused_gate"), Case("routing", routing_case(), "normal", 0))
+    assert r.status == "fail" and "weights" in r.message
+
+
+def test_topk_softmax_ids_from_the_wrong_end_fail(fake_kernels):
+    def reversed_ids(weights, ids, logits, renormalize, *rest):
+        fake_topk_softmax(weights, ids, logits, renormalize)
+        ids.copy_(logits.shape[1] - 1 - ids)
+
+    fake_kernels.topk_softmax = reversed_ids
+    r = check.run_case(on_cpu("topk_softmax"), Case("routing", routing_case("default"), "normal", 0))
+    assert r.status == "fail" and "ids" in r.message
+
+
+@pytest.mark.parametrize("name, config", [
+    ("per_token_group_quant_8bit", quant_config(layout="row")),
+    ("per_token_group_quant_8bit", quant_config(layout="col", input_dtype="fp16", group_size=32)),
+    ("per_token_group_quant_8bit", quant_config(layout="col_tma", num_tokens=7)),
+    ("per_token_group_quant_8bit", quant_config(scale_fmt="ue8m0", layout="ue8m0_packed")),
+    ("per_token_group_quant_8bit", quant_config(scale_fmt="ue8m0", layout="ue8m0_packed", num_tokens=0)),
+    ("per_token_group_quant_8bit_v1", quant_config(layout="col_tma", input_dtype="fp32", variant="mul_rcp_scale")),
+    ("per_token_group_quant_8bit_v1", quant_config(scale_fmt="ue8m0", layout="ue8m0_packed", input_dtype="fp32")),
+])
+def test_quant_adapters_pass_with_the_documented_kernel(fake_kernels, name, config):
+    for dist, seed in (("normal", 0), ("pow2_edge", 1), ("zero_group", 2)):
+        r = check.run_case(on_cpu(name), Case("quant", config, dist, seed))
+        assert r.status == "pass", r.message
+
+
+@pytest.mark.parametrize("layout", ["col", "col_tma", "ue8m0_packed"])
+def test_scales_written_row_major_into_a_column_major_buffer_fail(fake_kernels, layout):
+    fake_kernels.sgl_per_token_group_quant_8bit = lambda *a, **k: fake_quant(*a, **k, row_major_writes=True)
+    config = quant_config(layout=layout, scale_fmt="ue8m0" if layout == "ue8m0_packed" else "fp32",
+                          hidden_size=1280)  # G = 10, 3 packed words: row-major memory differs from column-major
+    r = check.run_case(on_cpu("per_token_group_quant_8bit"), Case("quant", config, "normal", 0))
+    assert r.status == "fail" and "scale" in r.message, r
+
+
+def test_unwritten_tail_bytes_of_packed_ue8m0_fail(fake_kernels):
+    """G = 3 groups: the last int32 word has one padding byte, which must be 0; the stand-in leaves the poison."""
+    fake_kernels.sgl_per_token_group_quant_8bit = lambda *a, **k: fake_quant(*a, **k, skip_tail=True)
+    config = quant_config(scale_fmt="ue8m0", layout="ue8m0_packed")
+    r = check.run_case(on_cpu("per_token_group_quant_8bit"), Case("quant", config, "normal", 0))
+    assert r.status == "fail" and "scale_buffer" in r.message and "0xa5" in r.message, r.message
+
+
+def test_launch_check_names_the_cuda_error(monkeypatch):
+    class Cudart:
+        class cudaGetErrorName:  # noqa: N801 (the C function's name)
+            restype = None
+
+            def __new__(cls, err):
+                return b"cudaErrorInvalidConfiguration"
+
+        @staticmethod
+        def cudaGetLastError():
+            return 9
+
+    monkeypatch.setattr(_env, "_cudart", lambda: Cudart)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    with pytest.raises(RuntimeError, match="moe_fused_gate: CUDA error 9 cudaErrorInvalidConfiguration"):
+        _env.launch_check("moe_fused_gate")
