@@ -15,7 +15,7 @@ from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, decode, encode, round_to
 from spec.recipes import Recipe
 
-from .case import CaseError
+from .case import CaseError, MoEConfig, RoutingConfig
 from .generate import weights as generated_weights
 from .interface import Impl
 
@@ -58,28 +58,8 @@ def refusals(fn):
     return wrapped
 
 
-def layer_kwargs(c):
-    """The MoEConfig fields both moe_layer implementations take by the same keyword."""
-    return {key: getattr(c, key) for key in LAYER_KEYS}
-
-
-LAYER_KEYS = ("activation", "half_order", "quant", "local_expert_offset", "local_num_experts", "rsf_placement",
-              "router_weight_on_input", "scale_fmt")
-
-
-def routing_kwargs(r):
-    """The spec/torch route keywords of a RoutingConfig (everything but the tensors and the recipe)."""
-    return dict(
-        method=r.method,
-        top_k=r.top_k,
-        n_group=r.n_group,
-        topk_group=r.topk_group,
-        routed_scaling_factor=r.routed_scaling_factor,
-        renormalize=r.renormalize,
-        eps=r.eps,
-        num_fused_shared_experts=r.num_fused_shared_experts,
-        group_mask_value=r.group_mask_value,
-    )
+layer_kwargs = MoEConfig.layer_kwargs  # the keyword mappers live on the configs (difftest/case.py)
+routing_kwargs = RoutingConfig.route_kwargs
 
 
 @refusals
@@ -90,7 +70,7 @@ def route(config, inputs, recipe, ids=None):
     return spec_routing.route(
         inputs["logits"],
         inputs.get("bias"),
-        **routing_kwargs(config),
+        **config.route_kwargs(),
         bias_dtype=recipe.bias,
         sigmoid=recipe.sigmoid,
         exp=recipe.exp,
@@ -147,7 +127,7 @@ def layer(case, inputs, recipe, ids=None):
     from spec.layer import moe_layer
 
     c = case.config
-    routing = routing_kwargs(c.routing)
+    routing = c.routing.route_kwargs()
     if recipe is None:
         routing["bias_dtype"] = c.routing.bias_dtype or "fp32"
     weights, quant = expert_weights(case, recipe)
@@ -157,7 +137,7 @@ def layer(case, inputs, recipe, ids=None):
         inputs.get("bias"),
         weights,
         routing=routing,
-        **{**layer_kwargs(c), "quant": quant, "scale_fmt": c.scale_fmt if quant == c.quant else "fp32"},
+        **{**c.layer_kwargs(), "quant": quant, "scale_fmt": c.scale_fmt if quant == c.quant else "fp32"},
         recipe=recipe,
         ids=ids,
     )

@@ -21,6 +21,7 @@ from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
 from .numerics import E2M1, E4M3FN, E8M0, decode, round_to
 from .quant import (
     E4M3_VALUES,
+    FP8_BLOCK,
     MX_BLOCK,
     NVFP4_BLOCK,
     block_scaled_gemm,
@@ -38,7 +39,6 @@ QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
 SCALE_FMTS = ("fp32", "ue8m0")  # fp8_block activation / intermediate scales (quant.per_token_group_quant_fp8)
 ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_blocked", "hopper_fp8")
-FP8_BLOCK = 128
 SLAB = 32  # weight rows decoded at a time (divides FP8_BLOCK): a [32, 7168] float64 slab stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
 QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here

@@ -16,8 +16,10 @@ GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_FMTS = ("fp32", "ue8m0")
 MXFP8_RULES = ("ocp", "ceil448")
 HALF_ORDERS = ("gate_up", "up_gate")
-MX_BLOCK = 32
-NVFP4_BLOCK = 16
+FP8_BLOCK = 128  # DeepSeek FP8: 128×128 weight blocks, 1×128 activation groups (docs/semantics.md §3)
+MX_BLOCK = 32  # MXFP8: one e8m0 scale per 32 elements of a row
+NVFP4_BLOCK = 16  # NVFP4: one e4m3 scale per 16 elements of a row
+SCALE_BLOCKS = {"fp8_block": FP8_BLOCK, "mxfp8": MX_BLOCK, "nvfp4": NVFP4_BLOCK}  # elements along K per scale
 HOPPER_CHUNK = 32  # K of one FP8 WGMMA instruction
 HOPPER_FRACTION_BITS = 13  # the Hopper FP8 tensor-core accumulator is e8m13 (campaigns/h200/results.md, 4th call)
 
@@ -90,7 +92,7 @@ def _scaled(x, s, amax, variant):
     return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
 
 
-def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", scale_formula="div448",
+def per_token_group_quant_fp8(x, group_size=FP8_BLOCK, *, eps=1e-10, variant="div", scale_formula="div448",
                               scale_fmt="fp32"):
     """Per row and `group_size` columns: s = max(amax, eps)/448, q = e4m3fn(clamp(x/s, ±448)) (docs/semantics.md §2.1);
     ue8m0: s -> 2^e by ue8m0_ceil, q = e4m3fn(x·2^-e) exact. [M, K] -> (q uint8 [M, K], s float32 [M, K/g]).
@@ -116,7 +118,7 @@ def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", sc
     return q.reshape(x.shape), s
 
 
-def weight_block_quant(w, block=128, *, eps=1e-10, variant="div", scale_formula="div448", scale_fmt="fp32"):
+def weight_block_quant(w, block=FP8_BLOCK, *, eps=1e-10, variant="div", scale_formula="div448", scale_fmt="fp32"):
     """DeepSeek weight quantization: per block×block tile of the last two dims s = max(amax, eps)/448 and
     q = e4m3fn(clamp(w/s, ±448)); partial last tiles have a scale too (docs/semantics.md §3). [..., N, K] ->
     (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8; variant,
@@ -142,7 +144,7 @@ def weight_block_quant(w, block=128, *, eps=1e-10, variant="div", scale_formula=
     return q.reshape(padded.shape)[..., :n, :k], s
 
 
-def weight_dequant(q, s, block=128):
+def weight_dequant(q, s, block=FP8_BLOCK):
     """W[..., n, k] = e4m3fn(q[..., n, k]) · s[..., n // b, k // b], one fp32 multiply (docs/semantics.md §3)."""
     q = _codes(q, "q")
     s = _fp32_values(s, "s")
@@ -153,7 +155,7 @@ def weight_dequant(q, s, block=128):
     return E4M3_VALUES[q] * per_element
 
 
-def w13_block_quant(gate, up, *, half_order="gate_up", block=128, **quantizer):
+def w13_block_quant(gate, up, *, half_order="gate_up", block=FP8_BLOCK, **quantizer):
     """w13 from its halves, each block-quantized on its own (docs/semantics.md §3): gate, up [..., I, H] -> (q uint8
     [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate"); `quantizer`:
     weight_block_quant's keywords."""
@@ -166,7 +168,7 @@ def w13_block_quant(gate, up, *, half_order="gate_up", block=128, **quantizer):
     return tuple(np.concatenate(parts, axis=-2) for parts in zip(*halves, strict=True))
 
 
-def w13_dequant(q, s, block=128):
+def w13_dequant(q, s, block=FP8_BLOCK):
     """Inverse of w13_block_quant: dequantizes each half with its own scale rows. -> float32 [..., 2I, H]."""
     q = _codes(q, "q")
     s = np.asarray(s)
