@@ -366,6 +366,9 @@ def load(path):
     inputs = _load_npz(path, "inputs.npz", generated) if spec_in.get("file") else generated
     if generate.digest(inputs) != spec_in["sha256"]:
         _fail(path, "inputs do not match their recorded SHA-256")
+    if inputs is not generated and generate.digest(generated) != spec_in["sha256"]:
+        _fail(path, "the case does not regenerate its recorded inputs (seed or configuration edited, or generator "
+                    "drift)")
     if case.op == "moe" and (not isinstance(meta["weights"], dict)
                              or meta["weights"].get("sha256") != weights_digest(case)):
         _fail(path, "regenerated expert weights do not match their recorded SHA-256 (generator drift)")

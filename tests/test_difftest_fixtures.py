@@ -231,3 +231,17 @@ def test_fixture_of_a_fixed_weight_case_keeps_its_weight_seed(tmp_path, capsys):
     _edit_json(path, lambda m: m["case"].update(weight_seed=1))  # weights regenerated from another seed
     with pytest.raises(fixtures.FixtureError, match="regenerated expert weights do not match"):
         fixtures.load(path)
+
+
+def test_a_case_edited_away_from_its_inputs_is_refused(tmp_path):
+    """inputs.npz is digest-checked, and the case must regenerate it: an edited seed (the inputs file untouched)
+    would otherwise replay inputs that no longer belong to the case it names."""
+    src = Path(__file__).parent.parent / "fixtures" / "routing-torch-eb818553aeb7"
+    path = tmp_path / src.name
+    shutil.copytree(src, path)
+    fixtures.load(path)
+    meta = json.loads((path / "case.json").read_text())
+    meta["case"]["seed"] += 1
+    (path / "case.json").write_text(json.dumps(meta))
+    with pytest.raises(fixtures.FixtureError, match="does not regenerate its recorded inputs"):
+        fixtures.load(path)
