@@ -52,12 +52,10 @@ U = FP32.unit_roundoff
 TINY = FP32.min_subnormal
 F64 = 2.0**-50  # the float64 reference's own relative error, generously
 D_UNDERFLOW = 105.0  # exp(x − max) below e^{-105(1 - u)} < 2^-150 rounds to 0 (or one subnormal) on either side
-GROUPED = ("deepseek_v3", "deepseek_v2")
-BIASED = ("deepseek_v3", "minimax2")
-RAW = ("renormalize", "topk", "llama4", "topk_sigmoid")
-SOFTMAX = ("default", "renormalize_naive", "deepseek_v2")
-RENORMALIZING = ("renormalize", "renormalize_naive", "minimax2")  # always; + renormalize flag methods below
-FLAG_RENORM = ("deepseek_v3", "deepseek_v2", "sigmoid_renorm")
+GROUPED = sr.GROUPED_METHODS  # the method facts: spec.routing.METHODS
+BIASED = sr.BIASED_METHODS
+RAW = sr.RAW_KEY_METHODS
+SOFTMAX = sr.SOFTMAX_METHODS
 FINITE_ROUTING_DISTS = gen.ROUTING_DISTS
 FINITE_QUANT_DISTS = tuple(d for d in gen.QUANT_DISTS if d != "nonfinite")
 TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -260,7 +258,7 @@ def weight_error(d, ids, robust_groups):
     method, k = d["method"], ids.shape[1]
     rsf = 1.0 if d["routed_scaling_factor"] is None else d["routed_scaling_factor"]
     s, r, a = score_error(d, ids, robust_groups)
-    if not (method in ("renormalize_naive", "minimax2") or (d["renormalize"] and method in FLAG_RENORM)):
+    if not sr.renormalizes(method, d["renormalize"]):
         v = s * rsf  # the rsf multiply
         return v, rsf * (r * np.abs(s) + a) * (1 + U) + U * np.abs(v) + TINY / 2, np.zeros(len(s), bool)
     D = s.sum(axis=-1, keepdims=True) + d["eps"]
