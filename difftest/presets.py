@@ -19,6 +19,7 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 
 from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
+from spec.quant import SCALE_BLOCKS
 from spec.routing import METHODS
 
 from .case import CaseError, MoEConfig, QuantConfig, RoutingConfig
@@ -29,165 +30,52 @@ MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MODEL_INTERMEDIATE", "128"))
 MODEL_FULL = os.environ.get("DIFFTEST_MODEL_FULL") == "1"
 MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MODEL_MAX_TOKENS", "16"))
 WEIGHT_SEED = os.environ.get("DIFFTEST_WEIGHT_SEED", "0")  # checked by weight_seed(): a usage error, not a crash
-BLOCK = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}
+BLOCK = {"bf16": 16, **SCALE_BLOCKS}  # hidden and intermediate sizes scale in multiples of these
 
 
 class Preset(NamedTuple):
     method: str
     num_experts: int
     top_k: int
-    n_group: int
-    topk_group: int
-    routed_scaling_factor: float | None
-    biased: bool
-    activation: str
-    quant: str
     hidden_size: int
     intermediate_size: int
-    router_weight_on_input: bool
     source: str
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float | None = None
+    biased: bool = False
+    activation: str = "swiglu"
+    quant: str = "bf16"
+    router_weight_on_input: bool = False
     fixed_weights: bool = False  # moe cases take their expert weights from WEIGHT_SEED, not the case seed
 
 
 HF = "https://huggingface.co/{}/blob/main/config.json"
 PRESETS = {
-    "deepseek-v3": Preset(
-        method="deepseek_v3",
-        num_experts=256,
-        top_k=8,
-        n_group=8,
-        topk_group=4,
-        routed_scaling_factor=2.5,
-        biased=True,
-        activation="swiglu",
-        quant="fp8_block",
-        hidden_size=7168,
-        intermediate_size=2048,
-        router_weight_on_input=False,
-        source=HF.format("deepseek-ai/DeepSeek-V3"),
-    ),
-    "deepseek-r1": Preset(
-        method="deepseek_v3",
-        num_experts=256,
-        top_k=8,
-        n_group=8,
-        topk_group=4,
-        routed_scaling_factor=2.5,
-        biased=True,
-        activation="swiglu",
-        quant="fp8_block",
-        hidden_size=7168,
-        intermediate_size=2048,
-        router_weight_on_input=False,
-        source=HF.format("deepseek-ai/DeepSeek-R1"),
-    ),
+    "deepseek-v3": Preset(method="deepseek_v3", num_experts=256, top_k=8, n_group=8, topk_group=4,
+        routed_scaling_factor=2.5, biased=True, quant="fp8_block", hidden_size=7168, intermediate_size=2048,
+        source=HF.format("deepseek-ai/DeepSeek-V3")),
+    "deepseek-r1": Preset(method="deepseek_v3", num_experts=256, top_k=8, n_group=8, topk_group=4,
+        routed_scaling_factor=2.5, biased=True, quant="fp8_block", hidden_size=7168, intermediate_size=2048,
+        source=HF.format("deepseek-ai/DeepSeek-R1")),
     # The MTP draft layer (num_nextn_predict_layers = 1) is unquantized BF16 (docs/semantics.md §5.5).
-    "deepseek-v3-mtp": Preset(
-        method="deepseek_v3",
-        num_experts=256,
-        top_k=8,
-        n_group=8,
-        topk_group=4,
-        routed_scaling_factor=2.5,
-        biased=True,
-        activation="swiglu",
-        quant="bf16",
-        hidden_size=7168,
-        intermediate_size=2048,
-        router_weight_on_input=False,
-        source=HF.format("deepseek-ai/DeepSeek-V3"),
-    ),
-    "glm-4.5": Preset(
-        method="deepseek_v3",
-        num_experts=160,
-        top_k=8,
-        n_group=1,
-        topk_group=1,
-        routed_scaling_factor=2.5,
-        biased=True,
-        activation="swiglu",
-        quant="bf16",
-        hidden_size=5120,
-        intermediate_size=1536,
-        router_weight_on_input=False,
-        source=HF.format("zai-org/GLM-4.5"),
-    ),
+    "deepseek-v3-mtp": Preset(method="deepseek_v3", num_experts=256, top_k=8, n_group=8, topk_group=4,
+        routed_scaling_factor=2.5, biased=True, hidden_size=7168, intermediate_size=2048,
+        source=HF.format("deepseek-ai/DeepSeek-V3")),
+    "glm-4.5": Preset(method="deepseek_v3", num_experts=160, top_k=8, routed_scaling_factor=2.5, biased=True,
+        hidden_size=5120, intermediate_size=1536, source=HF.format("zai-org/GLM-4.5")),
     # GLM-5.x: 256 experts, top-8, n_group 1, large biases (K5, difftest/known_bugs.py).
-    "glm-5": Preset(
-        method="deepseek_v3",
-        num_experts=256,
-        top_k=8,
-        n_group=1,
-        topk_group=1,
-        routed_scaling_factor=2.5,
-        biased=True,
-        activation="swiglu",
-        quant="fp8_block",
-        hidden_size=6144,
-        intermediate_size=2048,
-        router_weight_on_input=False,
-        source=HF.format("zai-org/GLM-5"),
-    ),
-    "nemotron-h": Preset(
-        method="deepseek_v3",
-        num_experts=128,
-        top_k=6,
-        n_group=1,
-        topk_group=1,
-        routed_scaling_factor=2.5,
-        biased=True,
-        activation="relu2",
-        quant="bf16",
-        hidden_size=2688,
-        intermediate_size=1856,
-        router_weight_on_input=False,
-        source=HF.format("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
-    ),
-    "qwen3-moe": Preset(
-        method="renormalize",
-        num_experts=128,
-        top_k=8,
-        n_group=1,
-        topk_group=1,
-        routed_scaling_factor=None,
-        biased=False,
-        activation="swiglu",
-        quant="bf16",
-        hidden_size=2048,
-        intermediate_size=768,
-        router_weight_on_input=False,
-        source=HF.format("Qwen/Qwen3-30B-A3B"),
-    ),
-    "llama-4": Preset(
-        method="llama4",
-        num_experts=16,
-        top_k=1,
-        n_group=1,
-        topk_group=1,
-        routed_scaling_factor=None,
-        biased=False,
-        activation="swiglu",
-        quant="bf16",
-        hidden_size=5120,
-        intermediate_size=8192,
-        router_weight_on_input=True,
-        source=HF.format("meta-llama/Llama-4-Scout-17B-16E"),
-    ),
-    "mixtral": Preset(
-        method="renormalize",
-        num_experts=8,
-        top_k=2,
-        n_group=1,
-        topk_group=1,
-        routed_scaling_factor=None,
-        biased=False,
-        activation="swiglu",
-        quant="bf16",
-        hidden_size=4096,
-        intermediate_size=14336,
-        router_weight_on_input=False,
-        source=HF.format("mistralai/Mixtral-8x7B-v0.1"),
-    ),
+    "glm-5": Preset(method="deepseek_v3", num_experts=256, top_k=8, routed_scaling_factor=2.5, biased=True,
+        quant="fp8_block", hidden_size=6144, intermediate_size=2048, source=HF.format("zai-org/GLM-5")),
+    "nemotron-h": Preset(method="deepseek_v3", num_experts=128, top_k=6, routed_scaling_factor=2.5, biased=True,
+        activation="relu2", hidden_size=2688, intermediate_size=1856,
+        source=HF.format("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")),
+    "qwen3-moe": Preset(method="renormalize", num_experts=128, top_k=8, hidden_size=2048, intermediate_size=768,
+        source=HF.format("Qwen/Qwen3-30B-A3B")),
+    "llama-4": Preset(method="llama4", num_experts=16, top_k=1, hidden_size=5120, intermediate_size=8192,
+        router_weight_on_input=True, source=HF.format("meta-llama/Llama-4-Scout-17B-16E")),
+    "mixtral": Preset(method="renormalize", num_experts=8, top_k=2, hidden_size=4096, intermediate_size=14336,
+        source=HF.format("mistralai/Mixtral-8x7B-v0.1")),
 }
 QUANT_SCHEME = {"fp8_block": "fp8_group", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
