@@ -108,10 +108,10 @@ def unsupported(config):
                         f"{DEEPSEEK_MAX_TOPK_GROUP} (got {G}, {tg})")
             if E // G > 32:
                 return f"grouped DeepSeekV3: one warp per group, experts per group {E // G} > 32"
-            if k >= tg * (E // G):
-                return f"grouped DeepSeekV3 needs top_k < topk_group·E/n_group ({k} >= {tg * (E // G)})"
             if E + S > DEEPSEEK_MAX_EXPERTS:
                 return f"grouped DeepSeekV3: num_experts + shared = {E + S} > {DEEPSEEK_MAX_EXPERTS}"
+    if c.method == "deepseek_v3" and k >= tg * (E // G):  # ungrouped too (n_group = topk_group = 1: top_k < E)
+        return f"DeepSeekV3 needs top_k < topk_group·E/n_group ({k} >= {tg * (E // G)}; FlashInfer's argument check)"
     if c.method == "deepseek_v3" and k > (8 if E <= 384 else 22):
         return f"DeepSeekV3: top_k={k} above the binding's limit for E={E} (8 up to 384 experts, else 22)"
     if c.method == "llama4" and k != 1:

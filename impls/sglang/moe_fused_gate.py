@@ -9,7 +9,9 @@ the lower expert index; weights the selected σ as fp32, summed in selection ord
 with ``apply_routed_scaling_factor_on_output``, multiplied by rsf in double. Fused shared experts take the last
 columns with ids E, E + 1, ... and weight Σ/rsf before the same division. Always renormalizes, no eps.
 Limits (host checks and SGLang's caller, python/sglang/srt/layers/moe/topk.py biased_grouped_topk_gpu, which
-falls back to torch otherwise): E a power of two, E % num_expert_group == 0, E / num_expert_group <= 32.
+falls back to torch otherwise): E a power of two, E % num_expert_group == 0, E / num_expert_group <= 32; found on
+the H200 (campaigns/h200/results.md, "SGLang kernels (session 4, third call)"): T >= 1 (a 0-block grid is an
+invalid launch), and in bf16 E >= 2 (misaligned vector reads of 1-expert rows).
 
 SGLang's call: ``moe_fused_gate(router_logits.to(torch.float32), correction_bias, ...)`` with its fp32
 correction bias (the seed's fix keeps it fp32), so every case runs the fp32 instantiation. The bf16
@@ -25,7 +27,12 @@ RECIPE = "sglang_moe_fused_gate"
 KERNEL_DTYPE = "fp32"  # the instantiation SGLang's caller selects
 MAX_PER_GROUP = 32  # MAX_VPT: experts one thread holds
 POWERS_OF_TWO = [2**i for i in range(9)]  # E = 1 .. 256
-SPACE = {"method": "deepseek_v3", "renormalize": True, "eps": 0.0, "num_experts": POWERS_OF_TWO}
+SPACE = {"method": "deepseek_v3", "renormalize": True, "eps": 0.0, "num_experts": POWERS_OF_TWO,
+         "tile_tokens_dim": None}
+EMPTY = ("num_tokens=0: the host launcher launches a grid of num_blocks = ceil(ceil(0 / rows_per_warp) / 6) = 0 "
+         "blocks (moe_fused_gate.cu, moe_fused_gate(): `<<<num_blocks, block_dim, 0, stream>>>`), which CUDA rejects "
+         "with cudaErrorInvalidValue (measured on the H200, every T=0 case)")
+NO_PERMUTATION = "tile_tokens_dim: the kernel returns ids and weights, no padded permutation"
 
 
 def available():
@@ -46,7 +53,21 @@ def _unsupported(c, kernel_dtype):
         return f"eps={c.eps}: the kernel divides by the plain sum"
     if kernel_dtype == "bf16" and c.logits_dtype != "bf16":
         return f"logits_dtype {c.logits_dtype!r}: the bf16 instantiation reads bf16 logits"
+    if c.tile_tokens_dim is not None:
+        return NO_PERMUTATION
+    if c.num_tokens == 0:
+        return EMPTY
+    if kernel_dtype == "bf16" and c.num_experts == 1:
+        return BF16_ONE_EXPERT
     return limits(c.num_experts, c.n_group)
+
+
+BF16_ONE_EXPERT = (
+    "num_experts=1 in bf16: each thread reads its row chunk through AccessType<T> = AlignedArray<T, MAX_VPT> "
+    "(moe_fused_gate.cu, `vec_thread_read_ptr = reinterpret_cast<AccessType<T> const*>(thread_read_ptr)`), "
+    "which promises 64-byte alignment, while 1-expert bf16 rows start 2 bytes apart: 72 of 93 such cases on "
+    "the H200 stopped with 'misaligned address': every one with T >= 2, none of the 21 with T = 1 (row 0 is "
+    "aligned); fp32 rows, 4 bytes apart, ran clean")
 
 
 def limits(E, n_group):
@@ -81,7 +102,8 @@ def moe_fused_gate(logits, bias, *, n_group, topk_group, top_k, num_fused_shared
     if bias.shape != (logits.shape[1],) or bias.dtype != logits.dtype:
         raise ValueError(f"bias must be [E={logits.shape[1]}] of the logits' dtype {logits.dtype}, got "
                          f"{tuple(bias.shape)} {bias.dtype}")
-    problem = limits(logits.shape[1], n_group)
+    problem = limits(logits.shape[1], n_group) or (EMPTY if logits.shape[0] == 0 else None) or (
+        BF16_ONE_EXPERT if logits.shape[1] == 1 and logits.dtype.itemsize == 2 else None)
     if problem:
         raise ValueError(problem)
     rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)

@@ -18,7 +18,13 @@ OP = "routing"
 DETERMINISTIC = True
 RECIPE = "sglang_topk_softmax"
 METHODS = {"default": False, "renormalize_naive": True}  # spec method -> the kernel's renormalize
-SPACE = {"method": list(METHODS), "eps": 0.0, "routed_scaling_factor": None, "num_fused_shared_experts": 0}
+SPACE = {"method": list(METHODS), "eps": 0.0, "routed_scaling_factor": None, "num_fused_shared_experts": 0,
+         "tile_tokens_dim": None}
+EMPTY = ("num_tokens=0: the launcher's grid is ceil(0 / ROWS_PER_CTA) = 0 blocks for a power-of-two E (CUDA: "
+         "cudaErrorInvalidValue), and otherwise its softmax workspace of T·E floats is empty, so its data_ptr() is "
+         "null and the host's TORCH_CHECK(softmax_workspace != nullptr, \"softmax_workspace must be provided for "
+         "num_experts that are not a power of 2.\") fires (moe_topk_softmax_kernels.cu, topkGatingSoftmaxLauncher "
+         "default branch; measured on the H200, every T=0 case)")
 
 
 def available():
@@ -35,6 +41,10 @@ def unsupported(config):
         return "routed_scaling_factor: the kernel returns unscaled weights (SGLang scales in the combine)"
     if c.num_fused_shared_experts:
         return "fused shared experts are appended by the caller, not this kernel"
+    if c.tile_tokens_dim is not None:
+        return "tile_tokens_dim: the kernel returns ids and weights, no padded permutation"
+    if c.num_tokens == 0:
+        return EMPTY
     return None
 
 
@@ -50,6 +60,8 @@ def topk_softmax(logits, top_k, renormalize):
     if not 1 <= top_k <= logits.shape[1]:
         raise ValueError(f"top_k={top_k} must be in [1, E={logits.shape[1]}]")
     T = logits.shape[0]
+    if T == 0:
+        raise ValueError(EMPTY)
     weights = torch.empty((T, top_k), dtype=torch.float32, device=logits.device)
     ids = torch.empty((T, top_k), dtype=torch.int32, device=logits.device)
     sgl_kernel.topk_softmax(weights, ids, logits, renormalize)
