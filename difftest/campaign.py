@@ -26,11 +26,12 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
-from . import fixtures, interface, strategies
+from . import fixtures, interface, pareto_keys, strategies
 from .case import CaseError
 from .check import run_case
 from .isolation import IsolatedRunner, pending, settle_pending
 
+pareto_keys.install()  # the same search, a third less Hypothesis bookkeeping (difftest/pareto_keys.py)
 REPLAY = "replay: python -m difftest replay {path}"
 # a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
 # JIT-build its kernel (minutes for a FlashInfer module on a cold cache)

@@ -44,19 +44,8 @@ class Impl(NamedTuple):
     run: Callable
 
 
-class SpacedImpl(NamedTuple):
-    """An Impl that also declares the configurations it covers (``space``, difftest/where.py)."""
-
-    name: str
-    version: str
-    ops: tuple
-    deterministic: bool
-    may_crash: bool
-    available: Callable
-    unsupported: Callable
-    recipe: Callable
-    run: Callable
-    space: dict
+# An Impl that also declares the configurations it covers (``space``, difftest/where.py): Impl's fields, then space.
+SpacedImpl = NamedTuple("SpacedImpl", [*Impl.__annotations__.items(), ("space", dict)])
 
 
 # Built-ins by name -> "module:attribute"; resolved on first use so that listing never imports torch.

@@ -36,12 +36,12 @@ def _default_impls():
     return refs
 
 
-def _cells(impl_refs, ops, model, filters=None):
+def campaign_cells(impl_refs, ops, model, filters=None):
     """(impl, ref, op, configs) per implementation × op slice (campaign.slices), or per op around a model;
     inside --where and the implementation's ``space`` (difftest/where.py)."""
     from . import presets, where
 
-    cells = []
+    found = []
     for ref in impl_refs:
         impl = interface.load(ref)
         space = getattr(impl, "space", None)
@@ -50,8 +50,8 @@ def _cells(impl_refs, ops, model, filters=None):
             base = presets.configs(model, op) if model else None
             if model and base is None:
                 continue
-            cells += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base)]
-    return cells
+            found += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base)]
+    return found
 
 
 def _interrupt(signum, frame):
@@ -71,7 +71,7 @@ def _worker(w, args, out, deadline, queue, stop):
     found, record, op_seconds = [], None, Counter()
     runners = campaign.Runners(out / "difftest-workers", args.timeout, args.first_timeout)
     try:
-        cells = _cells(args.impl, args.op, args.model, args.where)
+        cells = campaign_cells(args.impl, args.op, args.model, args.where)
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
         db, local_db = args.db or str(out / "db"), out / "db"
@@ -258,7 +258,7 @@ def fuzz(args):
         reason = interface.load(ref).available()
         if reason:
             raise UsageError(f"implementation {ref} is unavailable: {reason}")
-    if not _cells(args.impl, args.op, args.model, args.where):
+    if not campaign_cells(args.impl, args.op, args.model, args.where):
         inside = f" inside --where {where.describe(args.where)}" if args.where else ""
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")

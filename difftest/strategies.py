@@ -7,6 +7,7 @@ seed 0. Size limits come from the environment once, at import (DIFFTEST_MAX_TOKE
 ..._HIDDEN, ..._INTERMEDIATE), so a campaign can be widened without edits.
 """
 
+import functools
 import os
 from typing import NamedTuple
 
@@ -63,7 +64,13 @@ GROUP_SIZES = (16, 32, 64, 128, 256)  # fp8_group quantizer groups (spec.quant.G
 SCALING_FACTORS = (None, 1.0, 2.5, 2.826, 16.0)  # None: no scaling (Qwen, Mixtral, Llama-4); 2.5: DeepSeek-V3
 MAX_SEED = 2**32 - 1
 
+# Strategies are built once and reused (functools.cache for those with arguments): a strategy built inside a
+# draw is validated and has its properties computed at every example, which cost a third of Hypothesis'
+# drawing time. The draws themselves, hence shrinking and saved examples, are the same.
+_cached = functools.cache
 
+
+@_cached
 def num_tokens(max_value=None):
     """T in [0, max], weighted to 0, 1 and t-1, t, t+1 around tile / padding boundaries."""
     top = MAX_TOKENS if max_value is None else max_value
@@ -71,12 +78,29 @@ def num_tokens(max_value=None):
     return st.one_of(st.sampled_from(edges), st.integers(0, top))
 
 
+@_cached
 def seeds():
     return st.integers(0, MAX_SEED)
 
 
+@_cached
 def routing_scaling_factors():
     return st.sampled_from(SCALING_FACTORS)
+
+
+@_cached
+def _sampled(*values):
+    return st.sampled_from(values)
+
+
+@_cached
+def _ints(lo, hi):
+    return st.integers(lo, hi)
+
+
+BOOLEANS = st.booleans()
+_JUST_E4M3 = st.just("e4m3")
+_POSITIVE_TOKENS = num_tokens().filter(lambda n: n >= 1)
 
 
 class Groups(NamedTuple):
@@ -85,24 +109,26 @@ class Groups(NamedTuple):
     topk_group: int
 
 
+@_cached
 @st.composite
 def expert_groups(draw, method, max_experts=None):
     """(E, n_group, topk_group): grouped methods get E = n_group × per-group (>= 2 for top-2 sums)."""
     top = MAX_EXPERTS if max_experts is None else max_experts
-    if method in GROUPED_METHODS and draw(st.booleans(), label="grouped"):
-        G = draw(st.sampled_from([g for g in (2, 4, 8) if 2 * g <= top]), label="n_group")
-        per = draw(st.integers(2, max(2, min(32, top // G))), label="experts_per_group")
-        return Groups(G * per, G, draw(st.integers(1, G), label="topk_group"))
-    return Groups(draw(st.integers(1, top), label="num_experts"), 1, 1)
+    if method in GROUPED_METHODS and draw(BOOLEANS, label="grouped"):
+        G = draw(_sampled(*[g for g in (2, 4, 8) if 2 * g <= top]), label="n_group")
+        per = draw(_ints(2, max(2, min(32, top // G))), label="experts_per_group")
+        return Groups(G * per, G, draw(_ints(1, G), label="topk_group"))
+    return Groups(draw(_ints(1, top), label="num_experts"), 1, 1)
 
 
+@_cached
 @st.composite
 def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=None, shared=True):
-    method = method or draw(st.sampled_from(ROUTING_METHODS), label="method")
+    method = method or draw(_sampled(*ROUTING_METHODS), label="method")
     E, G, tg = draw(expert_groups(method, max_experts))
-    top_k = 1 if method == "llama4" else draw(st.integers(1, min(8, tg * (E // G))), label="top_k")
+    top_k = 1 if method == "llama4" else draw(_ints(1, min(8, tg * (E // G))), label="top_k")
     bias = (
-        draw(st.sampled_from([None, "fp32", "fp32", "bf16"]), label="bias_dtype")
+        draw(_sampled(None, "fp32", "fp32", "bf16"), label="bias_dtype")
         if method in BIASED_METHODS
         else None
     )
@@ -117,12 +143,12 @@ def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=Non
         n_group=G,
         topk_group=tg,
         routed_scaling_factor=draw(routing_scaling_factors(), label="routed_scaling_factor"),
-        renormalize=draw(st.booleans(), label="renormalize"),
-        eps=draw(st.sampled_from([0.0, 1e-20]), label="eps"),
-        logits_dtype=draw(st.sampled_from(["fp32", "bf16", "fp16"]), label="logits_dtype"),
+        renormalize=draw(BOOLEANS, label="renormalize"),
+        eps=draw(_sampled(0.0, 1e-20), label="eps"),
+        logits_dtype=draw(_sampled("fp32", "bf16", "fp16"), label="logits_dtype"),
         bias_dtype=bias,
-        num_fused_shared_experts=draw(st.integers(0, 2), label="shared") if shared else 0,
-        group_mask_value=draw(st.sampled_from([float("-inf"), 0.0]), label="group_mask_value")
+        num_fused_shared_experts=draw(_ints(0, 2), label="shared") if shared else 0,
+        group_mask_value=draw(_sampled(float("-inf"), 0.0), label="group_mask_value")
         if method == "deepseek_v2"
         else float("-inf"),
         **permutation,
@@ -132,54 +158,57 @@ def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=Non
 def _permutation(draw, E):
     """In one routing case of three, the padded permutation handed to grouped GEMMs (a tile of TILE_TOKENS rows),
     on an expert-parallel shard half of those times."""
-    if draw(st.integers(0, 2), label="permutation") < 2:
+    if draw(_ints(0, 2), label="permutation") < 2:
         return {}
-    out = {"tile_tokens_dim": draw(st.sampled_from(TILE_TOKENS), label="tile_tokens_dim")}
-    if draw(st.booleans(), label="shard"):
-        local = draw(st.integers(1, E), label="local_num_experts")
-        out.update(local_num_experts=local, local_expert_offset=draw(st.integers(0, E - local), label="offset"))
+    out = {"tile_tokens_dim": draw(_sampled(*TILE_TOKENS), label="tile_tokens_dim")}
+    if draw(BOOLEANS, label="shard"):
+        local = draw(_ints(1, E), label="local_num_experts")
+        out.update(local_num_experts=local, local_expert_offset=draw(_ints(0, E - local), label="offset"))
     return out
 
 
+@_cached
 @st.composite
 def quant_configs(draw, scheme=None):
-    scheme = scheme or draw(st.sampled_from(["fp8_group", "mxfp8", "nvfp4"]), label="scheme")
+    scheme = scheme or draw(_sampled("fp8_group", "mxfp8", "nvfp4"), label="scheme")
     group = (
-        draw(st.sampled_from(GROUP_SIZES), label="group_size")
+        draw(_sampled(*GROUP_SIZES), label="group_size")
         if scheme == "fp8_group"
         else {"mxfp8": 32, "nvfp4": 16}[scheme]
     )
-    H = group * draw(st.integers(1, max(1, MAX_HIDDEN // group)), label="groups_per_row")
-    fmt = draw(st.sampled_from(["fp32", "ue8m0"]), label="scale_fmt") if scheme == "fp8_group" else "fp32"
+    H = group * draw(_ints(1, max(1, MAX_HIDDEN // group)), label="groups_per_row")
+    fmt = draw(_sampled("fp32", "ue8m0"), label="scale_fmt") if scheme == "fp8_group" else "fp32"
     layouts = ("row", "ue8m0_packed") if fmt == "ue8m0" else ("row", "col", "col_tma")
     return QuantConfig(
         scheme=scheme,
         num_tokens=draw(num_tokens(), label="num_tokens"),
         hidden_size=H,
         group_size=group if scheme == "fp8_group" else 128,
-        input_dtype=draw(st.sampled_from(["bf16", "fp16", "fp32"]), label="input_dtype"),
-        variant=draw(st.sampled_from(HOST_QUANT_VARIANTS), label="variant"),
-        scale_formula=draw(st.sampled_from(SCALE_FORMULAS), label="scale_formula"),
+        input_dtype=draw(_sampled("bf16", "fp16", "fp32"), label="input_dtype"),
+        variant=draw(_sampled(*HOST_QUANT_VARIANTS), label="variant"),
+        scale_formula=draw(_sampled(*SCALE_FORMULAS), label="scale_formula"),
         scale_fmt=fmt,
-        layout=draw(st.sampled_from(layouts), label="layout") if scheme == "fp8_group" else "row",
-        mx_rule=draw(st.sampled_from(["ocp", "ceil448"]), label="mx_rule"),
+        layout=draw(_sampled(*layouts), label="layout") if scheme == "fp8_group" else "row",
+        mx_rule=draw(_sampled("ocp", "ceil448"), label="mx_rule"),
     )
 
 
+@_cached
 def _sizes(quant, top):
     """Hidden / intermediate sizes: multiples of the activation block (fp8 128, mxfp8 32, nvfp4 16); bf16
     takes any multiple of 16, non-multiples of 128 included."""
     step = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}[quant]
-    return st.integers(1, max(1, top // step)).map(lambda n: n * step)
+    return _sizes_of(step, top)
 
 
+@_cached
 @st.composite
 def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None, max_tokens=None):
     """MoE layers of at most MOE_MAX_SIZE hidden / intermediate; a quantized one in MOE_WIDE_ODDS is wide
     (up to MOE_WIDE_SIZE: several K blocks) with few tokens and experts, so that it stays cheap."""
-    quant = quant or draw(st.sampled_from(QUANT_PATHS), label="quant")
+    quant = quant or draw(_sampled(*QUANT_PATHS), label="quant")
     wide = quant != "bf16" and MOE_WIDE_SIZE > MOE_MAX_SIZE and draw(
-        st.integers(0, MOE_WIDE_ODDS - 1), label="wide") == MOE_WIDE_ODDS - 1
+        _ints(0, MOE_WIDE_ODDS - 1), label="wide") == MOE_WIDE_ODDS - 1
     tokens, experts = max_tokens or MOE_MAX_TOKENS, max_experts or MOE_MAX_EXPERTS
     if wide:
         tokens, experts = min(tokens, MOE_WIDE_MAX_TOKENS), min(experts, MOE_WIDE_MAX_EXPERTS)
@@ -187,15 +216,15 @@ def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None
     routing = draw(routing_configs(method, num_tokens(tokens), experts, shared=False))
     E = routing.num_experts
     offset, local = 0, None
-    if E > 1 and draw(st.booleans(), label="expert_parallel"):
-        local = draw(st.integers(1, E - 1), label="local_num_experts")
-        offset = draw(st.integers(0, E - local), label="local_expert_offset")
+    if E > 1 and draw(BOOLEANS, label="expert_parallel"):
+        local = draw(_ints(1, E - 1), label="local_num_experts")
+        offset = draw(_ints(0, E - local), label="local_expert_offset")
     return MoEConfig(
         routing=routing,
         hidden_size=draw(_sizes(quant, min(MAX_HIDDEN, size)), label="hidden_size"),
         intermediate_size=draw(_sizes(quant, min(MAX_INTERMEDIATE, size)), label="intermediate_size"),
-        activation=activation or draw(st.sampled_from(ACTIVATIONS), label="activation"),
-        half_order=draw(st.sampled_from(["gate_up", "up_gate"]), label="half_order"),
+        activation=activation or draw(_sampled(*ACTIVATIONS), label="activation"),
+        half_order=draw(_sampled("gate_up", "up_gate"), label="half_order"),
         quant=quant,
         local_expert_offset=offset,
         local_num_experts=local,
@@ -219,40 +248,42 @@ def _input_forms(draw, quant):
 
 def _weight_placement(draw, top_k):
     """router_weight_on_input (top-1 only) takes the whole weight, rsf included: rsf_placement "routing"."""
-    if top_k == 1 and draw(st.booleans(), label="router_weight_on_input"):
+    if top_k == 1 and draw(BOOLEANS, label="router_weight_on_input"):
         return {"router_weight_on_input": True, "rsf_placement": "routing"}
     return {
         "router_weight_on_input": False,
-        "rsf_placement": draw(st.sampled_from(["routing", "combine"]), label="rsf_placement"),
+        "rsf_placement": draw(_sampled("routing", "combine"), label="rsf_placement"),
     }
 
 
+@_cached
 @st.composite
 def dev_kernel_configs(draw, kernel=None):
     """One trtllm-gen dev kernel on up to MAX_TOKENS tokens, top_k up to 10 (finalize's k-split starts above
-    4), tiles 1..256 (the kernels run 8..128), widths of one to a few blocks."""
-    kernel = kernel or draw(st.sampled_from(DEV_KERNELS), label="kernel")
-    dtype = {"activation": st.sampled_from(["bf16", "fp16"]), "activation_deepseek_fp8": st.just("e4m3"),
-             "convertsf": st.just("e4m3")}.get(kernel, st.sampled_from(["bf16", "fp16", "e4m3"]))
+    4), tiles 1..256 (the kernels ran 8..128 first, then 1, 2, 4, 256 on the H200), widths of one to a few blocks."""
+    kernel = kernel or draw(_sampled(*DEV_KERNELS), label="kernel")
+    dtype = {"activation": _sampled("bf16", "fp16"), "activation_deepseek_fp8": _JUST_E4M3,
+             "convertsf": _JUST_E4M3}.get(kernel, _sampled("bf16", "fp16", "e4m3"))
     dtype = draw(dtype, label="dtype")
-    layout = draw(st.sampled_from(SF_LAYOUTS), label="sf_layout") if kernel == "convertsf" else "R128c4"
+    layout = draw(_sampled(*SF_LAYOUTS), label="sf_layout") if kernel == "convertsf" else "R128c4"
     step = {"activation": 64, "activation_deepseek_fp8": 128, "convertsf": 16 if layout == "R8c16" else 4,
             "permute": 128 if dtype == "e4m3" else 16, "finalize": 16, "finalize_deepseek_fp8": 128}[kernel]
     return DevKernelConfig(
         kernel=kernel,
-        num_tokens=draw(num_tokens().filter(lambda n: n >= 1), label="num_tokens"),
+        num_tokens=draw(_POSITIVE_TOKENS, label="num_tokens"),
         hidden_size=draw(_sizes_of(step, MAX_HIDDEN), label="hidden_size"),
-        top_k=draw(st.integers(1, 10), label="top_k"),
-        num_experts=draw(st.integers(1, 8), label="num_experts"),
-        tile_tokens_dim=draw(st.sampled_from(TILE_TOKENS), label="tile_tokens_dim"),
+        top_k=draw(_ints(1, 10), label="top_k"),
+        num_experts=draw(_ints(1, 8), label="num_experts"),
+        tile_tokens_dim=draw(_sampled(*TILE_TOKENS), label="tile_tokens_dim"),
         dtype=dtype,
-        swiglu_controls=kernel.startswith("activation") and draw(st.booleans(), label="swiglu_controls"),
-        weighted=kernel != "finalize" or draw(st.booleans(), label="weighted"),
-        hidden_padding=draw(st.sampled_from([0, 16, 128]), label="hidden_padding") if kernel == "finalize" else 0,
+        swiglu_controls=kernel.startswith("activation") and draw(BOOLEANS, label="swiglu_controls"),
+        weighted=kernel != "finalize" or draw(BOOLEANS, label="weighted"),
+        hidden_padding=draw(_sampled(0, 16, 128), label="hidden_padding") if kernel == "finalize" else 0,
         sf_layout=layout,
     )
 
 
+@_cached
 def _sizes_of(step, top):
     return st.integers(1, max(1, top // step)).map(lambda n: n * step)
 
@@ -270,10 +301,10 @@ def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config
     """A Case of `op` (drawn if None); `configs` overrides the configuration strategy (model presets);
     `special` adds the NaN/Inf distributions; `weight_seed` fixes the expert weights of moe cases (presets
     with fixed_weights), None takes them from each case's seed."""
-    op = op or draw(st.sampled_from(("routing", "quant", "moe", "trtllm_ops")), label="op")
+    op = op or draw(_sampled("routing", "quant", "moe", "trtllm_ops"), label="op")
     config = draw(configs if configs is not None else CONFIG_STRATEGIES[op](**config_kwargs), label="config")
     names = [d for d in DISTS[op] if special or d not in SPECIAL_DISTS]
-    dist = draw(st.sampled_from(names), label="dist")
+    dist = draw(_sampled(*names), label="dist")
     return Case(op, config, dist, draw(seeds(), label="seed"), weight_seed if op == "moe" else None)
 
 

@@ -77,7 +77,7 @@ def accumulation(n, acc, fp8_operands, block=HOPPER_BLOCK):
     order. fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). hopper_fp8
     (FP8 operands only, else fp32): γ_b(2^-13) inside each K block of b = `block` (128; 64 for mono_moe's 1×64
     intermediate) + γ_{n/b+2}(2^-24) across blocks. The spec's own float64 sum adds γ_{n+2}(2^-53).
-    γ_b(2^-13) covers quant.hopper_fp8_step: per step of 32 products every term loses < 2^(E-13) ≤ 2^-13·|term|
+    γ_b(2^-13) covers hopper.hopper_fp8_step: per step of 32 products every term loses < 2^(E-13) ≤ 2^-13·|term|
     or less than the largest term's share, and the sum < 2^-13 of itself."""
     own = gamma(n + 2, U64)
     if acc == "hopper_fp8" and fp8_operands:
@@ -108,7 +108,7 @@ def shadow_operand(a, e):
 def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None):
     """gemm's Err from products = shadow_operand(a, e)·|W|ᵀ [4M, N], n = K.
 
-    moved [M, N] bool (hopper_fp8 emulated by quant.hopper_fp8_step, bit-exact on the device; None otherwise):
+    moved [M, N] bool (hopper_fp8 emulated by hopper.hopper_fp8_step, bit-exact on the device; None otherwise):
     where False, an implementation of the recipe sums each K block over the spec's very codes, exactly as the
     spec does, and only the fp32 promotion across blocks may differ: γ_{n/b+2}(2^-24). Where True (some code
     may differ), its block sums and the spec's each lie within γ_b(2^-13) of the exact ones: twice that. The

@@ -18,9 +18,8 @@ import numpy as np
 from . import bounds
 from .bounds import Err, Quantized
 from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
-from .numerics import E2M1, E4M3FN, E8M0, decode, round_to
+from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, decode_pairs, pair_table, round_to
 from .quant import (
-    E4M3_VALUES,
     FP8_BLOCK,
     MX_BLOCK,
     NVFP4_BLOCK,
@@ -39,8 +38,11 @@ QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
 SCALE_FMTS = ("fp32", "ue8m0")  # fp8_block activation / intermediate scales (quant.per_token_group_quant_fp8)
 ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_blocked", "hopper_fp8")
-SLAB = 32  # weight rows decoded at a time (divides FP8_BLOCK): a [32, 7168] float64 slab stays in L2
+BLOCKED = ("fp32_blocked", "hopper_fp8")  # accumulations emulated on FP8 codes by block_scaled_gemm
+SLAB = 16  # weight rows decoded at a time (divides FP8_BLOCK): a [16, 7168] float64 slab (0.9 MiB) stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
+E4M3_ABS_FLOAT64 = np.abs(E4M3_FLOAT64)
+E4M3_FLOAT64_PAIRS, E4M3_ABS_FLOAT64_PAIRS = pair_table(E4M3_FLOAT64), pair_table(E4M3_ABS_FLOAT64)
 QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
 APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
 
@@ -140,7 +142,7 @@ def _gemm(a, w, accumulate):
     values; "fp32_blocked" and "hopper_fp8": block_scaled_gemm on FP8 codes (as "fp32" for other operands)."""
     if accumulate == "exact":
         return a.values @ w.values.T
-    if accumulate in ("fp32_blocked", "hopper_fp8") and a.fp8 is not None and w.fp8 is not None:
+    if accumulate in BLOCKED and a.fp8 is not None and w.fp8 is not None:
         (aq, a_s), (wq, w_s) = a.fp8, w.fp8
         r = a_s.shape[1] // w_s.shape[1]  # activation groups per 128-wide weight block: 2 for 1×64 (mono_moe)
         w_s = np.repeat(np.repeat(w_s, r, 0), r, 1)[: -(-wq.shape[0] * r // FP8_BLOCK)]
@@ -161,41 +163,50 @@ def _nibbles(packed):
     return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
 
 
-def _slabs(wd, name, quant, gated):
-    """(rows, block-scale rows) of each SLAB-row slab of weight `name`, the unit in which it is decoded. The
-    two halves of a gated w13 each have their own ceil(I/128) block-scale rows (docs/semantics.md §3): no slab straddles
-    them, nor a block row."""
+def _parts(wd, name, quant, gated):
+    """(first row, end row, first block-scale row) of each part of weight `name` with its own block-scale rows:
+    the whole weight, or the two halves of a gated w13, which each have ceil(I/128) block-scale rows
+    (docs/semantics.md §3)."""
     n = np.shape(wd[name])[0]
-    parts = [(0, n, 0)]
-    if name == "w13" and gated:
-        if n % 2:
-            raise ValueError(f"gated w13 needs 2I rows, got {n}")
-        half = n // 2
-        blocks = -(-half // FP8_BLOCK)
-        if quant == "fp8_block" and np.shape(wd["w13_scale"])[0] != 2 * blocks:
-            raise ValueError(
-                f"gated fp8_block w13_scale needs 2·ceil(I/128) = {2 * blocks} rows, "
-                f"got {np.shape(wd['w13_scale'])[0]}"
-            )
-        parts = [(0, half, 0), (half, n, blocks)]
+    if not (name == "w13" and gated):
+        return [(0, n, 0)]
+    if n % 2:
+        raise ValueError(f"gated w13 needs 2I rows, got {n}")
+    half = n // 2
+    blocks = -(-half // FP8_BLOCK)
+    if quant == "fp8_block" and np.shape(wd["w13_scale"])[0] != 2 * blocks:
+        raise ValueError(
+            f"gated fp8_block w13_scale needs 2·ceil(I/128) = {2 * blocks} rows, "
+            f"got {np.shape(wd['w13_scale'])[0]}"
+        )
+    return [(0, half, 0), (half, n, blocks)]
+
+
+def _slabs(wd, name, quant, gated):
+    """(rows, block-scale rows) of each SLAB-row slab of weight `name`, the unit in which it is decoded: no
+    slab straddles two parts (_parts), nor a block row."""
     return [
         (slice(r, min(r + SLAB, end)), slice(b, b + 1))
-        for start, end, first in parts
+        for start, end, first in _parts(wd, name, quant, gated)
         for r in range(start, end, SLAB)
         for b in [first + (r - start) // FP8_BLOCK]
     ]
 
 
-def _weight(wd, name, quant, rows, scale_rows):
+def _weight(wd, name, quant, rows, scale_rows, magnitude=False):
     """One slab of expert weight `name` (its `rows`, all in the block-scale row `scale_rows`), decoded
-    exactly: code × scale in float64."""
+    exactly: code × scale in float64 (fp8_block with `magnitude`: |code| × scale, all the shadows need)."""
     w = np.asarray(wd[name])[rows]
     if quant == "bf16":
         return Operand(w.astype(np.float64), None)
     s = np.asarray(wd[name + "_scale"])
     if quant == "fp8_block":
         s = s[scale_rows]
-        return Operand(E4M3_FLOAT64[w] * _block_scales(s, w.shape[1], FP8_BLOCK), (w, s))
+        table, pairs = (E4M3_ABS_FLOAT64, E4M3_ABS_FLOAT64_PAIRS) if magnitude else (E4M3_FLOAT64, E4M3_FLOAT64_PAIRS)
+        even = w.shape[1] % 2 == 0  # two codes per gather
+        values = decode_pairs(pairs, np.ascontiguousarray(w).view(np.uint16)) if even else np.take(table, w)
+        values *= _block_scales(s, w.shape[1], FP8_BLOCK)
+        return Operand(values, (w, s))
     s = s[rows]
     if quant == "mxfp8":
         return Operand(E4M3_VALUES[w] * _block_scales(decode(s, E8M0), w.shape[1], MX_BLOCK), None)
@@ -209,21 +220,36 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     slab. Weights prepared from given values (PreparedWeights: ``<name>_values``) add their preparation error
     (|x| + δ_ideal)·|W − W_given|ᵀ to the ideal bound."""
     emulated = c.accumulate == "hopper_fp8" == c.recipe.gemm_acc and x.changed is not None
-    left = ex and bounds.shadow_operand(x.values, ex)
+    exact = ex and not (ex.hard.any() or ex.prob.any() or ex.ideal.any())  # the given hidden states, as they are
+    if exact:  # [|a|; 1]: |a|·|W|ᵀ, and Σ|W| for the three zero shadows (0·|W| is NaN in a row of W with NaN/Inf)
+        left = np.concatenate([np.abs(x.values), np.ones((1, x.values.shape[1]))])
+    else:
+        left = ex and bounds.shadow_operand(x.values, ex)
     if ex and emulated:  # one more left operand: outputs whose block sums may see another code
         left = np.concatenate([left, x.changed.astype(np.float64)])
     given = wd.get(name + "_values")
     y, products, prepared = [], [], []
-    for rows, scale_rows in _slabs(wd, name, c.quant, gated):
-        w = _weight(wd, name, c.quant, rows, scale_rows)
-        y.append(_gemm(x, w, c.accumulate))
-        products.append(ex and left @ np.abs(w.values).T)
-        if ex and given is not None:
-            off = np.abs(w.values - np.asarray(given, np.float64)[rows])
+    blocked = c.accumulate in BLOCKED and x.fp8 is not None and c.quant == "fp8_block"  # as _gemm decides
+    if blocked:  # on the codes, one call per part (each output is its own sum): large calls amortize the setup
+        for start, end, first in _parts(wd, name, c.quant, gated):
+            s = np.asarray(wd[name + "_scale"])[first:first + -(-(end - start) // FP8_BLOCK)]
+            y.append(_gemm(x, Operand(None, (np.asarray(wd[name])[start:end], s)), c.accumulate))
+    for rows, scale_rows in _slabs(wd, name, c.quant, gated) if ex or not blocked else ():
+        w = _weight(wd, name, c.quant, rows, scale_rows, magnitude=blocked)
+        if not blocked:
+            y.append(_gemm(x, w, c.accumulate))
+        products.append(ex and left @ (w.values if blocked else np.abs(w.values)).T)
+        if ex and given is not None:  # the preparation error needs the signed values
+            signed = _weight(wd, name, c.quant, rows, scale_rows) if blocked else w
+            off = np.abs(signed.values - np.asarray(given, np.float64)[rows])
             prepared.append((np.abs(x.values) + ex.ideal) @ off.T)
     if not ex:
         return np.concatenate(y, axis=1), ex
     products = np.concatenate(products, axis=1)
+    if exact:
+        m = len(x.values)
+        products = np.concatenate([products[:m], *[np.broadcast_to(0.0 * products[m], (m, products.shape[1]))] * 3,
+                                   products[m + 1:]])
     moved = None
     if emulated:
         products, moved = products[: 4 * len(x.values)], products[4 * len(x.values):] > 0
@@ -246,7 +272,7 @@ def _nvfp4_rows(x):
 
 
 def _rcp_exact(x, group):
-    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor: quant.hopper_rcp
+    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor: hopper.hopper_rcp
     then reproduces the device's reciprocal exactly (inputs of bf16 values, whose maxima are bf16 values)."""
     x = np.abs(np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf))
     amax = x.reshape(x.shape[0], -1, group).max(axis=-1)
@@ -256,7 +282,7 @@ def _rcp_exact(x, group):
 def quant_448_div_amax(x, group):
     """mono_moe's quantizer per (row, `group` columns): NaN → 0, then per_token_group_quant_fp8 with variant
     "mul_448_div_amax" (amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)), q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))),
-    rcp the device's reciprocal: quant.hopper_rcp, exact for bf16 amax, i.e. the input quantizer; within ±1 ulp
+    rcp the device's reciprocal: hopper.hopper_rcp, exact for bf16 amax, i.e. the input quantizer; within ±1 ulp
     otherwise, which the bounds cover). [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
     x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
     return per_token_group_quant_fp8(x, group, eps=QUANT_EPS, variant="mul_448_div_amax", scale_formula="mul_rcp448")

@@ -91,6 +91,15 @@ def _round(x, fmt, saturate):
     if fmt is E8M0:
         raise ValueError("e8m0 has no rounding rule here (scales are rounded in spec/quant): use encode")
     x = _float64(x)
+    if fmt is FP64 or fmt is FP32:  # float64 is its own RNE; the machine's float64 -> float32 conversion is
+        with np.errstate(over="ignore", invalid="ignore"):  # this rule (tests/test_numerics.py); invalid: sNaN
+            r = x if fmt is FP64 else x.astype(np.float32).astype(np.float64)
+        return np.where(np.abs(r) > fmt.max, np.copysign(fmt.max, x), r) if saturate else r
+    return _round_rne(x, fmt, saturate)
+
+
+def _round_rne(x, fmt, saturate):
+    """The rounding rule of round_to, on float64 x, for every format but e8m0."""
     q, e = _significand(x, fmt)
     with np.errstate(over="ignore"):  # a carry past float64's max is an overflow like any other
         r = np.ldexp(q, e - fmt.mantissa_bits)
@@ -184,3 +193,20 @@ def decode(codes, fmt):
     if fmt.bits > 16:
         return codes.astype(fmt.code_dtype).view(np.float64 if fmt is FP64 else np.float32)
     return _TABLES[fmt.name][codes]
+
+
+E4M3_VALUES = decode(np.arange(256, dtype=np.uint8), E4M3FN)  # e4m3fn decode table, indexed by code
+
+
+def pair_table(table):
+    """Entry c0 + 256·c1 holds table[c0], table[c1] side by side (little-endian: c0 first in memory), so that
+    one gather decodes two adjacent codes: decode_pairs."""
+    c = np.arange(1 << 16)
+    return np.ascontiguousarray(np.stack([table[c & 0xFF], table[c >> 8]], axis=-1))
+
+
+def decode_pairs(pairs, pair_codes):
+    """pairs (a pair_table) at pair_codes (uint16 views of adjacent uint8 codes, any layout) -> the decoded
+    values, contiguous, [..., 2·last axis]: one gather per two codes."""
+    got = np.take(pairs.view(np.dtype((np.void, pairs.strides[0]))).ravel(), pair_codes, mode="clip")
+    return got.view(pairs.dtype).reshape(*pair_codes.shape[:-1], 2 * pair_codes.shape[-1])

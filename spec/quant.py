@@ -9,12 +9,8 @@ element becomes a NaN code, and the other elements of its group quantize as if i
 
 import numpy as np
 
-from .hopper import HOPPER_CHUNK as HOPPER_CHUNK  # the device model lives in spec/hopper.py; old names kept
-from .hopper import HOPPER_FRACTION_BITS as HOPPER_FRACTION_BITS
-from .hopper import MUFU_RCP_BF16_ULPS as MUFU_RCP_BF16_ULPS
-from .hopper import _hopper_block_sums, hopper_rcp
-from .hopper import hopper_fp8_step as hopper_fp8_step
-from .numerics import E2M1, E4M3FN, E8M0, decode, encode
+from .hopper import hopper_block_sums, hopper_rcp  # the measured device model: spec/hopper.py
+from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, encode
 from .recipes import GEMM_ACCS, QUANT_VARIANTS, SCALE_FORMULAS
 
 GROUP_SIZES = (16, 32, 64, 128, 256)
@@ -29,7 +25,6 @@ SCALE_BLOCKS = {"fp8_block": FP8_BLOCK, "mxfp8": MX_BLOCK, "nvfp4": NVFP4_BLOCK}
 FP8_MAX = np.float32(E4M3FN.max)
 RCP448 = np.float32(1) / FP8_MAX  # fl(1/448), the reciprocal constant of the SGLang JIT kernel
 E4M3_EMAX = 8  # OCP MX: exponent of e4m3fn's largest normal, 448 = 1.75·2^8
-E4M3_VALUES = decode(np.arange(256, dtype=np.uint8), E4M3FN)  # decode table, indexed by code
 
 
 def _fp32_values(x, name):
@@ -187,7 +182,8 @@ def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
     """C[m,n] = Σ_b a_s[m,b]·w_s[n//128,b]·P_b, P_b = Σ_{k in block b} a[m,k]·w[n,k] (docs/semantics.md §3);
     fp64: in fp64.
     fp32: C = fl(C + fl(fl(fl(P_b)·a_s)·w_s)), b ascending; hopper_fp8: as fp32, P_b accumulated by
-    hopper_fp8_step, 32 products at a time (the tensor core's e8m13 accumulator; fl(P_b) is then exact).
+    hopper_fp8_step, 32 products at a time (the tensor core's e8m13 accumulator; fl(P_b) is then exact), computed
+    by hopper_block_sums.
     P_b of e4m3 codes is exact in float64 (products are multiples of 2^-18 below 2^18: a sum of 128 fits 53
     bits). -> [M, N] float64 (fp64) or float32."""
     if acc not in GEMM_ACCS:
@@ -201,17 +197,16 @@ def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
     if a_s.shape != (m, kb) or w_s.shape != (-(-n // block), kb):
         raise ValueError(f"scales {a_s.shape}, {w_s.shape} must be [M, ceil(K/{block})], "
                          f"[ceil(N/{block}), ceil(K/{block})]")
-    a, w = E4M3_VALUES[aq].astype(np.float64), E4M3_VALUES[wq].astype(np.float64)
-    hopper = _hopper_block_sums(a, w, block) if acc == "hopper_fp8" else None
+    if acc == "hopper_fp8":  # [K/block, M, N]: each P_b exact in float32
+        hopper = np.ascontiguousarray(hopper_block_sums(aq, wq, block).astype(np.float32).transpose(2, 0, 1))
+    else:
+        a, w = E4M3_VALUES[aq].astype(np.float64), E4M3_VALUES[wq].astype(np.float64)
+    w_scales = np.repeat(w_s, block, axis=0)[:n]  # [N, K/block]
     out = np.zeros((m, n), np.float64 if acc == "fp64" else np.float32)
     for b in range(kb):
         cols = slice(b * block, (b + 1) * block)
-        p = a[:, cols] @ w[:, cols].T if hopper is None else hopper[..., b]
-        w_scale = np.repeat(w_s[:, b], block)[:n]
-        if acc == "fp64":
-            out += p * a_s[:, b, None].astype(np.float64) * w_scale
-        else:
-            out += p.astype(np.float32) * a_s[:, b, None] * w_scale
+        p = hopper[b] if acc == "hopper_fp8" else (a[:, cols] @ w[:, cols].T).astype(out.dtype)
+        out += p * a_s[:, b, None].astype(out.dtype) * w_scales[:, b]
     return out
 
 

@@ -12,7 +12,7 @@ SIGMOIDS = ("exact", "expf", "tanh")
 EXPS = ("rn", "ex2")  # how exp is evaluated: correctly rounded, or CUDA fast-math __expf (spec/routing.py _exp)
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 # spec/quant.py per_token_group_quant_fp8: the three host formulations (correctly rounded operations, drawn by the
-# strategies) and the device one, x·fl(448·rcp(amax)) with the GPU's reciprocal (quant.hopper_rcp), which only
+# strategies) and the device one, x·fl(448·rcp(amax)) with the GPU's reciprocal (hopper.hopper_rcp), which only
 # implementations that declare it in their `space` are given (mono_moe, SGLang's fast-math quantizer).
 HOST_QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
 QUANT_VARIANTS = (*HOST_QUANT_VARIANTS, "mul_448_div_amax")
@@ -57,7 +57,7 @@ class Recipe:
     default: torch.topk promises no tie order), where any order among them is accepted.
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
     ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8``: the tensor core's truncating
-    e8m13 accumulator inside each K block, spec.quant.hopper_fp8_step, then promotion to fp32); the
+    e8m13 accumulator inside each K block, spec.hopper.hopper_fp8_step, then promotion to fp32); the
     intermediate is re-quantized before GEMM2 when ``requant_intermediate``. Then ``gemm1_out`` → activation
     in ``act_compute`` → ``act_out`` → GEMM2 with the router weight in its epilogue → ``expert_out`` → weighted sum in
     ``combine`` → ``out``. MXFP8 scales follow ``mx_rule`` (quant.mxfp8_quant). ``router_weight_at``: "gemm2"
@@ -66,7 +66,7 @@ class Recipe:
     the activation output (in ``act_out``) before the re-quantization (mono_moe). ``requant_group``: columns
     per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
     ``mul_448_div_amax`` (mono_moe, SGLang's fast-math quantizer): q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp
-    the device's reciprocal (quant.hopper_rcp), eps 1e-10; mono_moe zeroes NaN inputs first.
+    the device's reciprocal (hopper.hopper_rcp), eps 1e-10; mono_moe zeroes NaN inputs first.
     Weight preparation (moe cases whose expert weights come unquantized, MoEConfig.expert_weights): fp8_block
     weights are quantized per 128×128 tile (each half of a gated W13 on its own) with ``weight_quant_variant`` /
     ``weight_scale_formula`` (spec.quant.weight_block_quant), mxfp8 weights by ``mx_rule``, nvfp4 weights with one

@@ -122,7 +122,7 @@ def test_hard_bound_holds_for_reordered_accumulation(path, recipe, activation, s
     """The spec recomputed as an implementation would run it never leaves bound_vs_recipe of the recipe-exact
     result, and the recipe-exact result never leaves bound_vs_ideal of the ideal. Against exact sums: fp32
     sequential, fp32 pairwise, block-scaled fp32 and the Hopper accumulator, with K orders permuted within
-    scale blocks. A hopper_fp8 recipe's own result emulates the tensor core (bit-exact, quant.hopper_fp8_step),
+    scale blocks. A hopper_fp8 recipe's own result emulates the tensor core (bit-exact, hopper.hopper_fp8_step),
     so its implementations differ only in the order of the blocks' fp32 promotion: whole blocks permuted."""
     gated = activation in mlp.GATED_ACTIVATIONS
     x, logits, w13, w2 = problem(seed % 2**16, T=8, H=256, I=128, E=4, gated=gated)

@@ -245,3 +245,16 @@ def test_a_case_edited_away_from_its_inputs_is_refused(tmp_path):
     (path / "case.json").write_text(json.dumps(meta))
     with pytest.raises(fixtures.FixtureError, match="does not regenerate its recorded inputs"):
         fixtures.load(path)
+
+
+def test_a_non_finite_number_in_observed_is_refused(tmp_path):
+    """write() stores strict JSON; a case.json whose observed block holds Infinity (edited by hand, or a nested
+    value) is refused at load with one line instead of failing later when the fixture is written again."""
+    src = Path(__file__).parent.parent / "fixtures" / "routing-torch-eb818553aeb7"
+    path = tmp_path / src.name
+    shutil.copytree(src, path)
+    meta = json.loads((path / "case.json").read_text())
+    meta["observed"]["message"] = [float("inf")]
+    (path / "case.json").write_text(json.dumps(meta))
+    with pytest.raises(fixtures.FixtureError, match="non-finite number"):
+        fixtures.load(path)

@@ -1,5 +1,6 @@
 """spec/quant.py: hand examples, oracles (torch, math), error bounds, edge values (UE8M0, NaN, saturation)."""
 
+import importlib.util
 import math
 from fractions import Fraction
 from pathlib import Path
@@ -11,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from within import assert_within
 
+from spec import quant
 from spec.bounds import accumulation
+from spec.hopper import MUFU_RCP_BF16_ULPS, hopper_block_sums, hopper_block_sums_reference, hopper_rcp
 from spec.numerics import E2M1, E4M3FN, E8M0, decode, round_to
 from spec.quant import (
+    E4M3_VALUES,
     GROUP_SIZES,
-    MUFU_RCP_BF16_ULPS,
     RCP448,
     block_scaled_gemm,
-    hopper_rcp,
     mxfp8_dequant,
     mxfp8_quant,
     nvfp4_dequant,
@@ -122,7 +124,7 @@ def test_variants_differ_by_at_most_one_code_on_rare_elements():
 
 
 def test_device_reciprocal_variant_differs_where_mufu_does():
-    """mul_448_div_amax is mul_rcp_amax with 1/amax taken from quant.hopper_rcp: bf16 amax whose significand has a
+    """mul_448_div_amax is mul_rcp_amax with 1/amax taken from hopper.hopper_rcp: bf16 amax whose significand has a
     0 in MUFU_RCP_BF16_ULPS quantize identically; where MUFU.RCP is one ulp off, a code changes only when x·448/amax
     sits on an e4m3 rounding midpoint (x = amax·j/256: one of the 20 such significands here)."""
     m = np.arange(128)
@@ -369,16 +371,114 @@ def test_hopper_fp8_step_hand_examples():
     aq[0, 0], wq[0, 0] = 0x01, 0x01  # 2^-9 · 2^-9 = 2^-18, alone: exact
     aq[0, 1], wq[0, 1] = 0x00, 0x7E  # 0 · 448: a zero product does not raise E
     assert _one_block(aq, wq)[0, 0] == 2.0**-18
+    aq[:] = wq[:] = 0
+    aq[0, :2], wq[0, :2] = [ONE, 0x08], [ONE, 0x04]  # 1 + 2^-6·2^-7: E = 0, the 2^-13 product is kept
+    aq[0, 32:64], wq[0, 32:48], wq[0, 48:64] = ONE, ONE, ONE | 0x80  # 16 - 16 in a full step of exponent 0:
+    assert _one_block(aq, wq)[0, 0] == 1 + 2.0**-13  # E is that exponent (not one more): the 2^-13 survives
 
 
 def test_hopper_fp8_matches_h200_block_sums():
     """Bit-exact against 4,096 cuBLASLt FP8 block sums and 256 sparse ones measured on an H200
-    (tests/data/README.md); the previous model (14 bits, round-to-nearest per 32) matched 16 % of them."""
+    (tests/data/README.md), through block_scaled_gemm and both block-sum functions; the previous model (14 bits,
+    round-to-nearest per 32) matched 16 % of them."""
     d = np.load(DATA / "h200_fp8_arith.npz")
     for b in range(16):
         cols = slice(128 * b, 128 * (b + 1))
         np.testing.assert_array_equal(_one_block(d["gemm_a"][:, cols], d["gemm_w"][:, cols]), d["gemm_blocks"][b])
     np.testing.assert_array_equal(_one_block(d["sparse_a"], d["sparse_w"]), d["sparse_sums"])
+    for a, w, sums in ((d["gemm_a"], d["gemm_w"], d["gemm_blocks"].transpose(1, 2, 0)),
+                       (d["sparse_a"], d["sparse_w"], d["sparse_sums"][..., None])):
+        np.testing.assert_array_equal(hopper_block_sums(a, w), sums)
+        np.testing.assert_array_equal(hopper_block_sums_reference(_values(a), _values(w), 128), sums)
+
+
+def _values(codes):
+    return E4M3_VALUES[codes].astype(np.float64)
+
+
+def assert_same_block_sums(aq, wq, block):
+    """hopper_block_sums == hopper_block_sums_reference: every value bit for bit (the sign of zero included), NaN
+    where NaN (a NaN's sign bit is the platform's)."""
+    with np.errstate(invalid="ignore"):  # NaN codes: the reference's float64 arithmetic meets NaN
+        ref = hopper_block_sums_reference(_values(aq), _values(wq), block)
+    fast = hopper_block_sums(aq, wq, block)
+    assert fast.shape == ref.shape and fast.dtype == ref.dtype
+    np.testing.assert_array_equal(fast, ref)
+    numbers = ~np.isnan(ref)
+    np.testing.assert_array_equal(np.signbit(fast[numbers]), np.signbit(ref[numbers]))
+
+
+def _codes_of(kind, rng, shape):
+    """e4m3 codes: any (NaN included), no NaN, half zeros, subnormals and zeros only, or the extremes (±448,
+    the largest subnormal exponents and the smallest subnormal) mixed: alignments 0 to 28 bits apart."""
+    c = rng.integers(0, 256, shape, dtype=np.uint8)
+    if kind != "any":
+        c[(c & 0x7F) == 0x7F] ^= 0x01  # NaN codes -> ±416
+    if kind == "sparse":
+        c[rng.random(shape) < 0.5] = 0
+    elif kind == "subnormal":
+        c &= 0x87
+    elif kind == "extremes":
+        c = (c & 0x80) | rng.choice(np.array([0x7E, 0x7D, 0x08, 0x07, 0x01, 0x00, 0x38], np.uint8), shape)
+    return c
+
+
+@pytest.mark.parametrize("kind", ["any", "dense", "sparse", "subnormal", "extremes"])
+@pytest.mark.parametrize("m, n, k, block", [(3, 40, 256, 128), (1, 70, 1024, 128), (2, 33, 200, 64),
+                                            (17, 130, 384, 128), (2, 5, 96, 32), (4, 1, 160, 128)])
+def test_hopper_block_sums_fast_path_is_the_reference(kind, m, n, k, block):
+    """The integer fast path computes exactly the chain of hopper_fp8_step, on every kind of code: partial K
+    blocks, 32/64/128-wide blocks, one row or column, and more rows than one chunk holds."""
+    rng = np.random.default_rng([m, n, k, block, len(kind)])
+    assert_same_block_sums(_codes_of(kind, rng, (m, k)), _codes_of(kind, rng, (n, k)), block)
+
+
+@settings(deadline=None, max_examples=150)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 300), st.sampled_from([32, 64, 128]), st.data())
+def test_hopper_block_sums_fast_path_fuzzed(m, n, k, block, data):
+    """Any codes, any shape: shrinks to the smallest disagreement if there is one."""
+    codes = st.lists(st.integers(0, 255), min_size=k, max_size=k)
+    aq = np.array(data.draw(st.lists(codes, min_size=m, max_size=m)), np.uint8)
+    wq = np.array(data.draw(st.lists(codes, min_size=n, max_size=n)), np.uint8)
+    assert_same_block_sums(aq, wq, block)
+
+
+def test_hopper_block_sums_empty_and_bad_block():
+    for m, n, k in ((0, 3, 128), (2, 0, 128), (2, 3, 0)):
+        assert_same_block_sums(np.zeros((m, k), np.uint8), np.zeros((n, k), np.uint8), 128)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        hopper_block_sums(np.zeros((1, 48), np.uint8), np.zeros((1, 48), np.uint8), 48)
+
+
+def h200_probe_operands():
+    """The operands of the 2,097,152 block sums measured on the H200 (campaigns/h200/probe_acc.py, device call 4),
+    regenerated: A = the first 64 hidden rows of mono_moe cases 0-39 quantized with fl(448/amax) (the quantizer
+    of that day), B = the first 2,048 w13 rows of the campaign weights (seed 0); 64 × 2,048 × 16 K blocks.
+    tests/data holds the device's sums of A[:8] × B[:32]."""
+    path = Path(__file__).parents[1] / "campaigns" / "h200" / "cases.py"
+    spec_ = importlib.util.spec_from_file_location("h200_cases", path)
+    cases = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(cases)
+    rows = np.concatenate([cases.mono_case(s)[1] for s in range(40)])[:64].reshape(64, 16, 128)
+    amax = np.maximum(np.abs(rows).max(axis=-1, keepdims=True), np.float32(1e-10))
+    a = quant.encode(np.clip(rows * (F32_MAX / amax), -F32_MAX, F32_MAX), E4M3FN).reshape(64, 2048)
+    w = cases.e4m3_codes(np.random.Generator(np.random.PCG64(0)), (2 * 1024, 2048))
+    return a, w
+
+
+@pytest.mark.parametrize("rows", [pytest.param(8, id="8_rows"), pytest.param(64, id="all", marks=pytest.mark.heavy)])
+def test_hopper_block_sums_on_the_h200_probe_operands(rows):
+    """On the operands the device summed (2,097,152 block sums, all bit-exact under the reference model): the fast
+    path equals the reference on the first `rows` rows of A (262,144 sums by default; all of them -m heavy), and
+    the device on the 4,096 recorded."""
+    a, w = h200_probe_operands()
+    d = np.load(DATA / "h200_fp8_arith.npz")
+    np.testing.assert_array_equal(a[:8], d["gemm_a"])
+    np.testing.assert_array_equal(w[:32], d["gemm_w"])
+    fast = hopper_block_sums(a[:rows], w)
+    assert fast.shape == (rows, 2048, 16)
+    np.testing.assert_array_equal(fast[:8, :32].transpose(2, 0, 1), d["gemm_blocks"])
+    np.testing.assert_array_equal(fast, hopper_block_sums_reference(_values(a[:rows]), _values(w), 128))
 
 
 def test_hopper_rcp_matches_h200():

@@ -1,0 +1,63 @@
+"""difftest/pipeline.py: batches run on the (fake) device while verifier processes compare them with the spec;
+every case gets its verdict, a wrong implementation becomes a replayable fixture, and the device accounting adds
+up. Throughput is a benchmark (campaigns/h200/pipeline_bench.sh, benchmarks/run.py), not a test."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pipeline_impls
+
+from difftest import campaign, fixtures, interface, pipeline
+from difftest.run import campaign_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPLS = Path(__file__).resolve().parent / "pipeline_impls.py"
+
+
+def run(tmp_path, ref, ops, batches, batch=8, verifiers=2):
+    cells = campaign_cells([ref], ops, None)
+    pipe = pipeline.Pipeline(ref, cells, tmp_path, batch=batch, verifiers=verifiers, seed=3)
+    summary = pipe.run(max_batches=batches)
+    rows = [json.loads(line) for line in (tmp_path / "cases-pipeline.jsonl").read_text().splitlines()]
+    return summary, rows
+
+
+def test_every_drawn_case_gets_a_verdict(tmp_path):
+    summary, rows = run(tmp_path, "torch", ["routing", "quant"], batches=6)
+    assert summary["batches"] == 6 and summary["cases"] == summary["drawn"] == len(rows) > 0
+    assert sum(summary["status"].values()) == len(rows)
+    assert summary["status"].get("pass", 0) > 0 and not summary["findings"], summary
+    assert {r["op"] for r in rows} == {"routing", "quant"}
+    assert all(r["status"] in ("pass", "skip") for r in rows)
+    assert len({json.dumps(r["case"], sort_keys=True) for r in rows}) > len(rows) // 2, "batches repeat cases"
+    assert summary["max_in_flight"] >= 1 and summary["held_seconds"] > 0
+
+
+def test_a_wrong_implementation_becomes_a_fixture_that_replays(tmp_path):
+    ref = f"{IMPLS}:DOUBLED"
+    summary, rows = run(tmp_path, ref, ["routing"], batches=3)
+    assert summary["status"].get("fail", 0) > 0
+    assert len(summary["findings"]) == 1, "one finding per signature"
+    fx = fixtures.load(summary["findings"][0]["fixture"])
+    result, kind, _ = campaign.run_classified(interface.load(ref), fx.case, fx.inputs)
+    assert kind == "mismatch" and result.status == "fail"
+    assert fx.meta["provenance"] == pipeline.PROVENANCE
+
+
+def test_the_device_time_adds_up_on_a_slow_device(tmp_path):
+    summary, rows = run(tmp_path, f"{IMPLS}:SLOW_DEVICE", ["routing"], batches=4, batch=6)
+    ran = sum(1 for r in rows if r["status"] != "skip")
+    assert ran > 0 and summary["device_seconds"] >= ran * pipeline_impls.DEVICE_SECONDS
+    assert summary["held_seconds"] >= summary["device_seconds"] and summary["cases_per_device_minute"] > 0
+
+
+def test_command_line(tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "difftest.pipeline", "--impl", f"{IMPLS}:DOUBLED", "--time-budget", "3",
+                        "--batch", "4", "--verifiers", "1", "--out", str(out)], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert p.returncode == 1, p.stderr
+    assert "per device-minute" in p.stdout and "FINDING [routing, planted:doubled_first_weight" in p.stdout
+    assert json.loads((out / "pipeline-summary.json").read_text())["findings"]
