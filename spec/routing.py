@@ -289,11 +289,16 @@ def _kept_groups(keys, o, group_score):
     return np.repeat(kept, E // o.n_group, axis=-1), margin
 
 
+def group_rule(method, group_score, biased):
+    """"top2_sum" or "max": what recipes.GROUP_SCORES' `group_score` means for `method` (module docstring),
+    `biased` whether a correction bias is given."""
+    return {"method": "top2_sum" if method == "deepseek_v3" else "max",
+            "top2_sum_if_biased": "top2_sum" if biased else "max"}.get(group_score, group_score)
+
+
 def _group_rule(method, o, biased):
     """The group score function of group_score for this call (module docstring)."""
-    rule = {"method": "top2_sum" if method == "deepseek_v3" else "max",
-            "top2_sum_if_biased": "top2_sum" if biased else "max"}.get(o.group_score, o.group_score)
-    return _top2_sum if rule == "top2_sum" else _group_max
+    return _top2_sum if group_rule(method, o.group_score, biased) == "top2_sum" else _group_max
 
 
 def _scale(w, o):
@@ -486,6 +491,42 @@ def route(logits, bias=None, *, method, **options):
     renorm_dtype="fp32", ideal=False, ids=None (forced routed ids [T, top_k])."""
     _require(method in METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
     return METHODS[method].function(logits, bias, **options)
+
+
+_IDEAL = _Options(top_k=1, ideal=True)
+
+
+@np.errstate(all="ignore")
+def ideal_keys(logits, bias=None, *, method, n_group=1, group_score="max"):
+    """(keys [T, E], group scores [T, n_group] or None when n_group is 1) in float64, evaluated as ``ideal=True``
+    evaluates them: what `method` ranks (METHODS[method].keys: the logits, a softmax over all E, or σ(x) + b with
+    the bias as given) and, per group, its "top2_sum" or "max" (group_rule)."""
+    x = np.asarray(logits, np.float64)
+    kind = METHODS[method].keys
+    if kind == "raw":
+        keys = x
+    elif kind == "softmax":
+        keys = _softmax(x, _IDEAL)
+    else:
+        keys = _sigmoid(x, _IDEAL) + (0.0 if bias is None else np.asarray(bias, np.float64))
+    if n_group == 1:
+        return keys, None
+    T, E = keys.shape
+    score = _top2_sum if group_score == "top2_sum" else _group_max
+    return keys, score(keys.reshape(T, n_group, E // n_group), _IDEAL)
+
+
+@np.errstate(all="ignore")
+def ideal_scores(logits, *, method, ids):
+    """float64 [T, k]: the scores `method` makes its weights of (METHODS[method].scores) at `ids` [T, k], before
+    any normalization and rsf, evaluated as ``ideal=True`` evaluates them."""
+    x, ids = np.asarray(logits, np.float64), np.asarray(ids, np.int64)
+    kind = METHODS[method].scores
+    if kind == "softmax_of_selected":
+        return _softmax(_gather(x, ids), _IDEAL)
+    if kind == "softmax":
+        return _gather(_softmax(x, _IDEAL), ids)
+    return _sigmoid(_gather(x, ids), _IDEAL) if kind == "sigmoid" else _gather(x, ids)
 
 
 def expert_parallel_ids(ids, local_expert_offset, local_num_experts):
