@@ -28,6 +28,7 @@ import numpy as np
 from spec import bounds, permutation, trtllm_ops
 from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, as_format, round_to
+from spec.recipes import DEFAULT
 
 from . import impl_spec
 
@@ -112,7 +113,7 @@ def worst(*verdicts):
 
 def group_rule(config, recipe, biased):
     """"top2_sum" or "max": the recipe's group_score resolved for this config (spec.routing.group_rule)."""
-    return spec_routing.group_rule(config.method, (recipe or impl_spec.DEFAULT).group_score, biased)
+    return spec_routing.group_rule(config.method, (recipe or DEFAULT).group_score, biased)
 
 
 def _bias_as_read(inputs, recipe):
@@ -126,7 +127,7 @@ def _bias_as_read(inputs, recipe):
 def keys64(config, inputs, recipe):
     """(keys [T, E], group scores [T, G] or None, δ [T], group δ [T]): the float64 keys the method selects on
     (spec.routing.ideal_keys) and their uncertainties (spec.bounds.routing_key_delta, routing_group_delta)."""
-    used = recipe or impl_spec.DEFAULT
+    used = recipe or DEFAULT
     method, G, x = config.method, config.n_group, inputs["logits"]
     if method not in spec_routing.METHODS:
         raise ValueError(f"routing method {method!r} has no key class in spec.routing.METHODS")
@@ -165,7 +166,7 @@ def flushed_to_nan(config, inputs, ids, recipe):
     below the fp32 min normal, so FTZ may store each as 0 (fast-math σ = MUFU.RCP(1 + 2^t) flushes its subnormal
     result: logits in (-88.7, -87.3]) and, with eps = 0, w = 0·rcp(0) = NaN (measured on the H200: SGLang's
     moe_fused_gate, campaigns/h200/results.md "SGLang kernels (session 4, third call)")."""
-    if (recipe or impl_spec.DEFAULT).subnormals != "flush" or config.eps != 0.0:
+    if (recipe or DEFAULT).subnormals != "flush" or config.eps != 0.0:
         return np.zeros(ids.shape[0], bool)
     s, renorm = _ideal_scores(config, inputs, ids)
     return renorm & (s < FTZ_EDGE).all(axis=-1)
@@ -175,7 +176,7 @@ def shared_flushed(config, inputs, ids, recipe):
     """[T] rows whose fused shared-expert weight may be 0 under recipe.subnormals "flush": its value before the
     renormalizing division, Σ(selected scores)/rsf, is below the fp32 min normal, so FTZ may store it as 0 and
     0/Σ·rsf = 0 (measured on the H200: SGLang's moe_fused_gate, as flushed_to_nan)."""
-    if (recipe or impl_spec.DEFAULT).subnormals != "flush":
+    if (recipe or DEFAULT).subnormals != "flush":
         return np.zeros(ids.shape[0], bool)
     s, _ = _ideal_scores(config, inputs, ids)
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
@@ -196,14 +197,14 @@ def underflow_term(config, inputs, ids, recipe):
     s, renorm = _ideal_scores(config, inputs, ids)
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
     return bounds.routing_underflow(s, spec_routing.METHODS[config.method].scores, renorm,
-                                    recipe or impl_spec.DEFAULT, config.num_experts, rsf, config.eps)
+                                    recipe or DEFAULT, config.num_experts, rsf, config.eps)
 
 
 def weight_bound(config, recipe, w, vs_ideal=False, inputs=None, ids=None):
     """spec.bounds.routing_weight_bound for this config: the hard bound between two implementations of `recipe`,
     plus the recipe's own error vs the float64 ideal when comparing with the ideal (or when no recipe is
     declared); with the weights' ids [T, k] (and `inputs`) where the bound depends on them."""
-    vs_ideal, recipe = vs_ideal or recipe is None, recipe or impl_spec.DEFAULT
+    vs_ideal, recipe = vs_ideal or recipe is None, recipe or DEFAULT
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
     at = {} if ids is None else dict(logits=inputs["logits"], method=config.method, ids=ids,
                                      renormalize=config.renormalize, eps=config.eps)
@@ -446,7 +447,7 @@ def compare_routing(case, inputs, out, recipe, tag):
             sub = {**inputs, "logits": inputs["logits"][t]}
             at_own = impl_spec.route(ungrouped(c), sub, recipe, ids=own[degenerate])
             want = at_own.weights[:, :k]
-            ulp = as_format((recipe or impl_spec.DEFAULT).routing_weights).min_subnormal
+            ulp = as_format((recipe or DEFAULT).routing_weights).min_subnormal
             verdicts.append(
                 bounded_rows(
                     f"weights(degenerate near-tie tokens {t.tolist()[:4]}, vs recipe at own ids)",
@@ -551,7 +552,7 @@ def compare_moe(case, inputs, out, recipe, tag):
     got = np.asarray(out["out"])
     if got.shape != (T, H):
         return Verdict(False, np.inf, f"out has shape {got.shape} but expected ({T}, {H}) [{tag}]")
-    used = recipe or impl_spec.DEFAULT
+    used = recipe or DEFAULT
     keep = np.ones(T, bool)
     ids, near_ties = out.get("ids"), 0
     if ids is not None:

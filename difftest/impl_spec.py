@@ -13,13 +13,12 @@ import numpy as np
 from spec import layouts, quant, trtllm_ops
 from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, decode, encode, round_to
-from spec.recipes import Recipe
+from spec.recipes import DEFAULT
 
 from .case import CaseError, MoEConfig, RoutingConfig
 from .generate import weights as generated_weights
 from .interface import Impl
 
-DEFAULT = Recipe(name="spec", tie_rule="lower_index")
 LAYOUTS = {
     "row": layouts.row_major,
     "col": layouts.column_major,
@@ -71,16 +70,7 @@ def route(config, inputs, recipe, ids=None):
         inputs["logits"],
         inputs.get("bias"),
         **config.route_kwargs(),
-        bias_dtype=recipe.bias,
-        sigmoid=recipe.sigmoid,
-        exp=recipe.exp,
-        weights_dtype=recipe.routing_weights,
-        renorm_order=recipe.renorm_order,
-        group_score=recipe.group_score,
-        scores_dtype=recipe.routing_scores,
-        bias_add_dtype=recipe.routing_bias_add,
-        group_scores_dtype=recipe.routing_group_scores,
-        renorm_dtype=recipe.routing_renorm,
+        **recipe.route_options(),
         **extra,
     )
 

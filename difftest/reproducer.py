@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spec.recipes import DEFAULT
+
 from . import compare, impl_spec, interface
 from .case import CaseError
 from .check import read_only
@@ -44,7 +46,7 @@ def reference(case, inputs, recipe):
         return {"ids": (spec.ids, np.zeros(spec.ids.shape)),
                 "weights": (np.concatenate([w, spec.weights[:, k:]], axis=1),
                             np.concatenate([bound, shared], axis=1))}
-    used = recipe or impl_spec.DEFAULT
+    used = recipe or DEFAULT
     spec = impl_spec.layer(case, inputs, used)
     hard, _ = compare.bounds.bound_vs_recipe(spec, used)
     if recipe is None:

@@ -9,8 +9,9 @@ element becomes a NaN code, and the other elements of its group quantize as if i
 
 import numpy as np
 
+from .bounds import Quantized
 from .hopper import hopper_block_sums, hopper_rcp  # the measured device model: spec/hopper.py
-from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, encode
+from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, encode, round_to
 from .recipes import GEMM_ACCS, QUANT_VARIANTS, SCALE_FORMULAS
 
 GROUP_SIZES = (16, 32, 64, 128, 256)
@@ -275,3 +276,73 @@ def nvfp4_dequant(packed, scales, global_scale):
     nibbles = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
     sf = np.repeat(decode(scales, E4M3FN), NVFP4_BLOCK, axis=-1)
     return decode(nibbles, E2M1) * sf / gs
+
+
+# ---- activation quantization on a layer's quant path, with what its error model needs (bounds.Quantized)
+
+QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
+APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
+
+
+def block_scales(scales, width, cols_per_scale):
+    """Dequant multiplier of each column: scales [R, ceil(width/cols_per_scale)] -> float64 [R, width]."""
+    return np.repeat(np.asarray(scales, np.float64), cols_per_scale, 1)[:, :width]
+
+
+def unpack_nibbles(packed):
+    """[R, K/2] packed e2m1 bytes -> [R, K] codes, the low nibble first."""
+    return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
+
+
+def nvfp4_rows(x):
+    """NVFP4 per token: each row its own global scale gs = 448·6/max(amax(row), 1e-10)."""
+    values, scale = np.zeros(x.shape), np.zeros(x.shape)
+    for t, row in enumerate(x):
+        gs = nvfp4_global_scale(row)
+        packed, sf = nvfp4_quant(row[None], gs)
+        scale[t] = np.repeat(decode(sf[0], E4M3FN).astype(np.float64), NVFP4_BLOCK) / np.float64(gs)
+        values[t] = decode(unpack_nibbles(packed)[0], E2M1) * scale[t]
+    return values, scale
+
+
+def rcp_exact(x, group):
+    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor: hopper.hopper_rcp
+    then reproduces the device's reciprocal exactly (inputs of bf16 values, whose maxima are bf16 values)."""
+    x = np.abs(np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf))
+    amax = x.reshape(x.shape[0], -1, group).max(axis=-1)
+    return bool(np.all((amax == 0) | ((amax >= QUANT_EPS) & (round_to(amax, "bf16") == amax))))
+
+
+def quant_448_div_amax(x, group):
+    """mono_moe's quantizer per (row, `group` columns): NaN → 0, then per_token_group_quant_fp8 with variant
+    "mul_448_div_amax" (amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)), q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))),
+    rcp the device's reciprocal: hopper.hopper_rcp, exact for bf16 amax, i.e. the input quantizer; within ±1 ulp
+    otherwise, which the bounds cover). [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
+    x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
+    return per_token_group_quant_fp8(x, group, eps=QUANT_EPS, variant="mul_448_div_amax", scale_formula="mul_rcp448")
+
+
+def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK, scale_fmt="fp32"):
+    """Activation quantization of x [M, K] on a quant path: fp8_block 1×`group` (per_token_group_quant_fp8 with
+    `variant`, `scale_formula`, `scale_fmt`, or quant_448_div_amax), mxfp8 (recipe.mx_rule), nvfp4 (per-token
+    global scale). -> Quantized (a ue8m0 scale moves in powers of two: not linear in amax)."""
+    x = np.asarray(x, np.float32)
+    if quant == "fp8_block":
+        if variant == "mul_448_div_amax":
+            if scale_fmt != "fp32":
+                raise ValueError(f"the mul_448_div_amax quantizer (mono_moe) has no {scale_fmt} scales")
+            q, s = quant_448_div_amax(x, group)
+        else:
+            q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula,
+                                             scale_fmt=scale_fmt)
+        scale = block_scales(s, x.shape[1], group)
+        return Quantized(
+            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, scale_fmt == "fp32", (q, s)
+        )
+    if quant == "mxfp8":
+        q, e8 = mxfp8_quant(x, rule=recipe.mx_rule)
+        scale = block_scales(decode(e8, E8M0), x.shape[1], MX_BLOCK)
+        u = E4M3FN.unit_roundoff * (2 if recipe.mx_rule == "ocp" else 1)  # ocp: x/X < 512 saturates at 448
+        return Quantized(E4M3_VALUES[q] * scale, scale, "e4m3fn", (MX_BLOCK,), u, False, None)
+    values, scale = nvfp4_rows(x)
+    return Quantized(values, scale, "e2m1", (NVFP4_BLOCK, x.shape[1]), E2M1.unit_roundoff, False, None)

@@ -137,6 +137,32 @@ class Recipe:
     def but(self, **changes):
         return replace(self, **changes)
 
+    def route_options(self):
+        """The keyword options of spec.routing.route that this recipe's routing rounding points set."""
+        return dict(bias_dtype=self.bias, sigmoid=self.sigmoid, exp=self.exp, weights_dtype=self.routing_weights,
+                    renorm_order=self.renorm_order, group_score=self.group_score, scores_dtype=self.routing_scores,
+                    bias_add_dtype=self.routing_bias_add, group_scores_dtype=self.routing_group_scores,
+                    renorm_dtype=self.routing_renorm)
+
+
+# The ideal: float64 arithmetic, no quantization and no rounding anywhere (spec.layer.moe_layer without a recipe).
+IDEAL = Recipe(
+    name="ideal",
+    logits="fp64",
+    gemm_acc="fp64",
+    gemm1_out="fp64",
+    act_compute="fp64",
+    act_out="fp64",
+    requant_intermediate=False,
+    expert_out="fp64",
+    combine="fp64",
+    out="fp64",
+)
+
+# The spec's own recipe: every default (fp32 routing and accumulation, bf16 stores) and the lower-index tie rule;
+# what difftest compares with when an implementation declares none.
+DEFAULT = Recipe(name="spec", tie_rule="lower_index")
+
 
 # FlashInfer trtllm-gen BF16 (docs/semantics.md §5.1): fp32 routing with bf16 weights written by the routing
 # kernel, activation fused into GEMM1's fp32 epilogue, bf16 GEMM2 output, fp32 finalize. Ties: the routing

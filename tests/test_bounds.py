@@ -13,8 +13,9 @@ from within import assert_within
 
 from spec import bounds, mlp, recipes
 from spec.bounds import Err
-from spec.layer import StackedWeights, moe_layer, quantize
+from spec.layer import StackedWeights, moe_layer
 from spec.numerics import round_to
+from spec.quant import quantize
 from spec.recipes import Recipe
 
 PLAIN = Recipe(name="plain")
