@@ -146,18 +146,8 @@ class Recipe:
 
 
 # The ideal: float64 arithmetic, no quantization and no rounding anywhere (spec.layer.moe_layer without a recipe).
-IDEAL = Recipe(
-    name="ideal",
-    logits="fp64",
-    gemm_acc="fp64",
-    gemm1_out="fp64",
-    act_compute="fp64",
-    act_out="fp64",
-    requant_intermediate=False,
-    expert_out="fp64",
-    combine="fp64",
-    out="fp64",
-)
+IDEAL = Recipe(name="ideal", logits="fp64", gemm_acc="fp64", gemm1_out="fp64", act_compute="fp64", act_out="fp64",
+               requant_intermediate=False, expert_out="fp64", combine="fp64", out="fp64")
 
 # The spec's own recipe: every default (fp32 routing and accumulation, bf16 stores) and the lower-index tie rule;
 # what difftest compares with when an implementation declares none.

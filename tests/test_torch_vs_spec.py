@@ -560,9 +560,8 @@ def test_layer_swiglu_within_the_recipe_bound_of_float64(device):
     spec's layer carries); a gate/up swap of the weights lands outside it."""
     g = np.random.Generator(np.random.PCG64(8))
     T, E, H, I = 8, 8, 64, 32
-    x = torch.tensor(g.standard_normal((T, H))).bfloat16()
-    w13 = torch.tensor(g.standard_normal((E, 2 * I, H)) / 8).bfloat16()
-    w2 = torch.tensor(g.standard_normal((E, H, I)) / 8).bfloat16()
+    x, w13, w2 = (torch.tensor(g.standard_normal(shape) / scale).bfloat16()
+                  for shape, scale in (((T, H), 1), ((E, 2 * I, H), 8), ((E, H, I), 8)))  # in this order
     logits = torch.tensor(g.standard_normal((T, E)), dtype=torch.float32)
     routing = dict(method="renormalize", top_k=3)
     kw = dict(routing=routing, activation="swiglu")
