@@ -518,6 +518,45 @@ def report(args, emit):
         emit("")
 
 
+H200_PIPELINE = Path(__file__).resolve().parents[1] / "campaigns/h200/s5_pipeline/bench.json"
+
+
+def h200_pipeline(path=H200_PIPELINE):
+    """The committed H200 rows of campaigns/h200/pipeline_bench.sh (a CPU run cannot re-measure them): per
+    implementation and kind, the last row of the file wins (a re-run appends)."""
+    by = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        by.setdefault(row["impl"], {})[row["kind"]] = row
+    return by
+
+
+def _ratio(x, y):
+    return f"{x / y:.1f}×" if x and y else "-"
+
+
+def report_h200(emit):
+    emit("## GPU campaigns: cases per device-minute on the H200 (issue 24 item 2)\n")
+    emit(f"Measured on the H200 (16 cores) by `campaigns/h200/pipeline_bench.sh` (`{H200_PIPELINE.parent.name}/`: "
+         "bench.json, the summaries and the log), not by this CPU run. before = `difftest fuzz` on the tree before "
+         "issue 24 (4e347c8), sync = `difftest fuzz` now (12 workers, each calling the kernel and then the spec), "
+         "pipelined = `python -m difftest.pipeline` (one device process, batches of 32, 15 verifier processes). "
+         "Cases per device-minute = cases / seconds the device was held × 60; every case counts, skips (cases the "
+         "kernel declines) included, so the compared column says what was checked.\n")
+    emit("| implementation | before | sync | pipelined | pipelined / before | pipelined / sync | compared "
+         "(before, sync, pipelined) | device idle, waiting for verifiers | drain s |")
+    emit("|---|---|---|---|---|---|---|---|---|")
+    for impl, k in h200_pipeline().items():
+        b, s, p = (k.get(x, {}) for x in ("before", "sync", "pipelined"))
+        rate = [r.get("per_device_minute") for r in (b, s, p)]
+        compared = ", ".join(str(sum(v for st, v in r.get("status", {}).items() if st != "skip")) if r else "-"
+                             for r in (b, s, p))
+        idle = f"{p['idle_s']:.0f} of {p['held_s']:.0f} s" if p else "-"
+        emit(f"| {impl} | {rate[0] or '-'} | {rate[1] or '-'} | {rate[2] or '-'} | {_ratio(rate[2], rate[0])} | "
+             f"{_ratio(rate[2], rate[1])} | {compared} | {idle} | {p.get('drain_s', '-')} |")
+    emit("")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd")
@@ -547,6 +586,7 @@ def main(argv=None):
             print(line, flush=True)
 
         report(args, emit)
+        report_h200(emit)
         if args.out:
             args.out.write_text("\n".join(lines) + "\n" + CAUSES)
 

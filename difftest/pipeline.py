@@ -10,6 +10,12 @@ next batch while they compare it with the spec. At most
 waits, and the summary says for how long. Once the time budget is spent the device is done and the verifiers
 drain what is left (host time, no device time).
 
+When it pays: where verifying a case costs more than running it (mono_moe: the spec's Hopper emulation of a
+whole layer; on the H200 7.4× the cases per device-minute of the tree before issue 24, 2.3× `fuzz`). Where the
+implementation call itself is the host's work (the routing kernels: a few ms of adapter work per case in the one
+device process), `fuzz` with many workers does more (benchmarks/RESULTS.md, "GPU campaigns"); the summary says
+which case a run was in.
+
 What it trades: cases are drawn by Hypothesis' generation alone (seeded per batch), without the verdict of the
 previous ones, so there is no targeting, no shrinking and no example database inside a pipelined run. A failure
 is written as a fixture of the case as drawn (`python -m difftest replay` re-runs it, `fuzz --impl` with the
@@ -149,7 +155,11 @@ class Pipeline:
                     batch, ahead = ahead.result(), self._prepare(drawer, i + 1)  # drawn while this one runs
                     self.stats["drawn"] += len(batch)
                     items = self._device(impl, batch, record)
-                    while len(pending) > self.verifiers:  # the verifiers are a batch per process behind: wait
+                    i += 1
+                    last = (max_batches is not None and i >= max_batches) or (
+                        deadline is not None and time.monotonic() >= deadline)
+                    while len(pending) > self.verifiers and not last:  # a batch per verifier behind: wait (not
+                        # after the last batch: the device is done, the drain verifies it)
                         w0 = time.monotonic()
                         self._collect(pending.popleft(), record)
                         self.stats["idle_seconds"] += time.monotonic() - w0
@@ -158,7 +168,6 @@ class Pipeline:
                     self.stats["max_in_flight"] = max(self.stats["max_in_flight"], len(pending))
                     while pending and pending[0][2].done():
                         self._collect(pending.popleft(), record)
-                    i += 1
                 held = time.monotonic() - t0
                 while pending:
                     self._collect(pending.popleft(), record)
@@ -266,7 +275,22 @@ def main(argv=None):
     for f in s["findings"]:
         print(f"FINDING [{f['op']}, {f['impl']}, {f['kind']}] {f['message']}\nreplay: python -m difftest replay "
               f"{f['fixture']}")
+    if hint := bound_by_the_device_process(s):
+        print(hint)
     return 1 if s["findings"] else 0
+
+
+def bound_by_the_device_process(summary):
+    """A hint when pipelining cannot pay: the one device process never waited for a verifier and spent most of
+    the held time inside the implementation (the H200 routing kernels: ~2 ms of host work per case in the
+    adapter against microseconds of kernel), so `fuzz --workers N`, calling the kernel from N processes, is
+    faster. None otherwise."""
+    held, inside = summary["held_seconds"], summary["device_seconds"]
+    if summary["idle_seconds"] > 0.05 * held or inside < 0.5 * held:
+        return None
+    return (f"note: the device process was the bottleneck ({inside:g} of {held:g} s inside the implementation, "
+            "never waiting for a verifier): verification is cheap here, and `python -m difftest fuzz --workers N` "
+            "calls the implementation from N processes")
 
 
 if __name__ == "__main__":

@@ -259,8 +259,10 @@ def _mono_moe(draw):
 
 def configs(name, op):
     """Strategy of `op` configurations around preset `name`; None when the model has no such op (bf16: no
-    quantizer)."""
+    quantizer; no preset configures the trtllm-gen dev kernels, whose op has its own config)."""
     p = PRESETS[name]
+    if op not in ("routing", "quant", "moe"):
+        return None
     if name == TRTLLM_GEN_ROUTING:
         return _trtllm_gen_routing() if op == "routing" else None
     if name == MONO_MOE:

@@ -126,18 +126,20 @@ class Operand(NamedTuple):
     changed: np.ndarray | None = None  # [M, K] bool: an implementation's FP8 code may differ here (fp8 only)
 
 
-def _gemm(a, w, accumulate):
+def _gemm(a, w, accumulate, block=FP8_BLOCK):
     """a·wᵀ summed exactly in float64, or (emulations, for the bound tests) as one fp32 realization of the
     recipe: "fp32" sequential and "fp32_pairwise" (numpy's pairwise sum) over fp32 products of the decoded
-    values; "fp32_blocked" and "hopper_fp8": block_scaled_gemm on FP8 codes (as "fp32" for other operands)."""
+    values; "fp32_blocked" and "hopper_fp8": block_scaled_gemm on FP8 codes (as "fp32" for other operands),
+    in K blocks of the activation's group width `block` (FP8_BLOCK, or 64 for mono_moe's re-quantization)."""
     if accumulate == "exact":
         return a.values @ w.values.T
     if accumulate in BLOCKED and a.fp8 is not None and w.fp8 is not None:
         (aq, a_s), (wq, w_s) = a.fp8, w.fp8
-        r = a_s.shape[1] // w_s.shape[1]  # activation groups per 128-wide weight block: 2 for 1×64 (mono_moe)
-        w_s = np.repeat(np.repeat(w_s, r, 0), r, 1)[: -(-wq.shape[0] * r // FP8_BLOCK)]
+        r = FP8_BLOCK // block  # activation groups per 128-wide weight block: 2 for 1×64 (mono_moe)
+        (n, k) = wq.shape
+        w_s = np.repeat(np.repeat(w_s, r, 0), r, 1)[: -(-n // block), : -(-k // block)]
         acc = "fp32" if accumulate == "fp32_blocked" else accumulate
-        return block_scaled_gemm(aq, a_s, wq, w_s, acc=acc, block=FP8_BLOCK // r)
+        return block_scaled_gemm(aq, a_s, wq, w_s, acc=acc, block=block)
     products = (a.values[:, None, :] * w.values[None, :, :]).astype(np.float32)
     if accumulate == "fp32_pairwise":
         return np.sum(products, axis=-1, dtype=np.float32).astype(np.float64)
@@ -214,11 +216,11 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     if blocked:  # on the codes, one call per part (each output is its own sum): large calls amortize the setup
         for start, end, first in _parts(wd, name, c.quant, gated):
             s = np.asarray(wd[name + "_scale"])[first:first + -(-(end - start) // FP8_BLOCK)]
-            y.append(_gemm(x, Operand(None, (np.asarray(wd[name])[start:end], s)), c.accumulate))
+            y.append(_gemm(x, Operand(None, (np.asarray(wd[name])[start:end], s)), c.accumulate, block))
     for rows, scale_rows in _slabs(wd, name, c.quant, gated) if ex or not blocked else ():
         w = _weight(wd, name, c.quant, rows, scale_rows, magnitude=blocked)
         if not blocked:
-            y.append(_gemm(x, w, c.accumulate))
+            y.append(_gemm(x, w, c.accumulate, block))
         products.append(ex and left @ (w.values if blocked else np.abs(w.values)).T)
         if ex and given is not None:  # the preparation error needs the signed values
             signed = _weight(wd, name, c.quant, rows, scale_rows) if blocked else w

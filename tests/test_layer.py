@@ -249,17 +249,19 @@ def test_bad_input_is_a_value_error():
         moe_layer(x, logits[:, :3], None, weights, **kw)
 
 
-@pytest.mark.parametrize("recipe, H", [("MONO_MOE", 256), ("SGLANG_TRITON_FP8_BLOCK", 384)])
-def test_hopper_layer_fast_path_is_the_reference(recipe, H, monkeypatch):
+@pytest.mark.parametrize("recipe, H, I", [("MONO_MOE", 256, 256), ("MONO_MOE", 256, 192),
+                                          ("SGLANG_TRITON_FP8_BLOCK", 384, 256)])
+def test_hopper_layer_fast_path_is_the_reference(recipe, H, I, monkeypatch):
     """A hopper_fp8 recipe's layer (emulated block sums, accumulate=None) is the same, bit for bit, with
     spec.hopper.hopper_block_sums (as spec.quant calls it) replaced by the reference chain of hopper_fp8_step:
     out, all three shadows, flips; and within the hard bound of the layer with exact block sums, which covers
     any accumulation (the blocks' scales, 4× apart from one 128-row block to the next, included). MONO_MOE
-    re-quantizes 1×64 (K blocks of 64 in GEMM2)."""
+    re-quantizes 1×64 (K blocks of 64 in GEMM2), also where I is not a multiple of 128 (a 128-wide weight block
+    then holds two groups but the last block only one: the weight scales are spread per 64-wide group and cut
+    at ceil(I/64))."""
     from spec import hopper, recipes
 
     R = getattr(recipes, recipe)
-    I = 256
     x, logits, w13, w2 = problem(5, T=6, H=H, I=I, E=4)
     w13, w2 = (w * 4.0 ** (np.arange(w.shape[1])[:, None] // 128 % 2) for w in (w13, w2))  # scales 4x apart
     q13, s13 = quant.w13_block_quant(w13[:, :I], w13[:, I:])

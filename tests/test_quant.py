@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from within import assert_within
 
@@ -625,20 +625,37 @@ def test_nvfp4_global_scale():
 @given(x=st.lists(st.floats(-3e4, 3e4, width=32), min_size=64, max_size=64).map(
            lambda v: np.array(v, np.float32).reshape(2, 32)),
        exponent=st.integers(-20, 10), gs_factor=st.sampled_from([1.0, 0.5, 2.0**-6]))
+@example(x=np.where(np.arange(64) == 3, np.float32(1e-45), np.float32(0)).reshape(2, 32), exponent=0,
+         gs_factor=1.0)  # a lone subnormal: the block's scale flushes (found by the random profile)
 @SETTINGS
 def test_nvfp4_error_bound(x, exponent, gs_factor):
-    """With unit = sf/gs, |x̂ − x| ≤ max(|x|·2^-2, unit·2^-2)·(1 + 2^-18): e2m1 RNE errs ≤ 0.2·|v| on normals
-    and ≤ 0.25 on [0, 1); sf rounding down can push |x|·r to ≤ 6·(1 + 1/15), saturated at 6 (≤ 0.07·|x|); the
-    few fp32 roundings of r and of the dequant cost ≤ 2^-18 of the subnormal term."""
+    """With unit = sf/gs, |x̂ − x| ≤ max(|x|·2^-2, unit·2^-2, flush)·(1 + 2^-18): e2m1 RNE errs ≤ 0.2·|v| on
+    normals and ≤ 0.25 on [0, 1); sf rounding down can push |x|·r to ≤ 6·(1 + 1/15), saturated at 6 (≤ 0.07·|x|);
+    the few fp32 roundings of r and of the dequant cost ≤ 2^-18 of the subnormal term. flush: a block whose scale
+    gs·amax/6 rounds to the e4m3 code 0 (≤ 2^-10, half the smallest subnormal) stores zeros, so its elements err by
+    |x| ≤ amax ≤ 6·2^-10/gs — reachable because gs is capped by the amax floor eps (a tensor of lone subnormals)."""
     x = np.ldexp(x, exponent).astype(np.float32)
     if not np.abs(x).max() > 0:
         return
     gs = np.float32(nvfp4_global_scale(x) * np.float32(gs_factor))
     packed, sf = nvfp4_quant(x, gs)
     unit = np.repeat(decode(sf, E4M3FN).astype(np.float64), 16, axis=-1) / np.float64(gs)
+    flush = np.where(unit == 0, 6 * 2.0**-10 / np.float64(gs), 0.0)
     err = np.abs(nvfp4_dequant(packed, sf, gs).astype(np.float64) - x)
-    assert np.all(err <= np.maximum(np.abs(x) * 2.0**-2, unit * 2.0**-2) * (1 + 2.0**-18))
+    assert np.all(err <= np.maximum(np.maximum(np.abs(x) * 2.0**-2, unit * 2.0**-2), flush) * (1 + 2.0**-18))
     assert np.all(decode(np.stack([packed & 15, packed >> 4], -1).reshape(x.shape), E2M1) ** 2 <= E2M1.max**2)
+
+
+@pytest.mark.parametrize("v", [1e-45, 1e-38, 1e-30, 2e-16])
+def test_nvfp4_flushes_a_block_below_the_smallest_scale(v):
+    """A tensor of one tiny value: amax is floored at 1e-10, so gs = 448·6/1e-10 and the block's scale gs·v/6 is
+    below half the smallest e4m3 subnormal: the scale code and every element are 0 (the bound's flush term)."""
+    x = np.zeros((1, 16), np.float32)
+    x[0, 3] = v
+    gs = nvfp4_global_scale(x)
+    packed, sf = nvfp4_quant(x, gs)
+    assert gs == np.float32(448 * 6 / np.float32(1e-10)) and sf[0, 0] == 0 and not packed.any()
+    assert v <= 6 * 2.0**-10 / gs
 
 
 def test_nvfp4_errors():

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from difftest import campaign, fixtures, generate, impl_spec, interface, presets, report, run, rundir
-from difftest.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.case import CONFIGS, Case, MoEConfig, QuantConfig, RoutingConfig
 from difftest.check import Result
 
 pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (extra 'report')")
@@ -314,6 +314,7 @@ def test_presets_draw_inside_their_declared_space(name):
         @settings(max_examples=40, database=None, deadline=None, suppress_health_check=list(HealthCheck))
         @given(configs)
         def check(config):
+            assert isinstance(config, CONFIGS[op]), (op, type(config))
             flat = asdict(config)
             flat.update(flat.pop("routing", None) or {})
             for field, c in space.items():
@@ -321,7 +322,7 @@ def test_presets_draw_inside_their_declared_space(name):
 
         return check
 
-    for op in ("routing", "quant", "moe"):
+    for op in CONFIGS:  # every op: a preset that drew the wrong config kind broke `fuzz --model` on trtllm_ops
         configs, space = presets.configs(name, op), presets.space(name, op)
         if configs is None:
             assert space == {}

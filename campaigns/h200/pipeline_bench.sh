@@ -11,7 +11,7 @@
 # fuzz on this tree, pipelined = difftest.pipeline on this tree; each as cases, held seconds, cases per device-minute,
 # and for the pipeline the verification drain after the device was released). The device is held for the whole of
 # a fuzz run; a pipelined run holds it until its last kernel call.
-# On a CPU machine the same script measures a fake device: IMPLS="fake" bash campaigns/h200/pipeline_bench.sh OUT 30
+# On a CPU machine the same script measures a fake device: IMPLS=fake bash campaigns/h200/pipeline_bench.sh OUT 30
 # (tests/pipeline_impls.py:SLOW_DEVICE, torch on CPU with a 10 ms sleep per call).
 O=$1; S=${2:-60}; mkdir -p $O /tmp/site
 exec > >(tee $O/log.txt) 2>&1
@@ -22,7 +22,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FLASHINFER_CUBIN_DIR=$PWD/.carry/cubin \
   DIFFTEST_TRTLLM_GEN_PREBUILT=$PWD/.carry/prebuilt FLASHINFER_WORKSPACE_BASE=/tmp/fiws
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-CORES=$(nproc); W=$((CORES * 3 / 4)); V=$((CORES - 1))  # fuzz workers as earlier calls ran them (12 of 16)
+CORES=$(OMP_NUM_THREADS= nproc); W=$((CORES * 3 / 4)); V=$((CORES - 1))  # fuzz workers as earlier calls ran them (12 of 16)
 [ $W -ge 1 ] || W=1; [ $V -ge 1 ] || V=1
 PY=${PYTHON:-python3}
 echo "cores $CORES, fuzz workers $W, pipeline verifiers $V, $S s each; $(date +%T)"
@@ -48,28 +48,36 @@ EOF
 bench() {  # name impl [fuzz/pipeline options...]
   name=$1; impl=$2; shift 2
   rm -rf /tmp/before_$name /tmp/sync_$name /tmp/pipe_$name  # a run directory accumulates earlier runs' cases
-  if [ -d .carry/before ]; then
+  if [ -d .carry/before ] && [[ " ${KINDS:-before sync pipelined} " == *" before "* ]]; then
     (cd .carry/before && PYTHONPATH=/tmp/site:$PWD timeout $((S + 300)) $PY -m difftest fuzz --impl $impl "$@" \
       --workers $W --time-budget $S --seed 1 --out /tmp/before_$name > /tmp/before_$name.log 2>&1)
     row $name before /tmp/before_$name | tee -a $O/bench.json
   fi
-  timeout $((S + 300)) $PY -m difftest fuzz --impl $impl "$@" --workers $W --time-budget $S --seed 1 \
-    --out /tmp/sync_$name > /tmp/sync_$name.log 2>&1
-  row $name sync /tmp/sync_$name | tee -a $O/bench.json
+  if [[ " ${KINDS:-before sync pipelined} " == *" sync "* ]]; then
+    timeout $((S + 300)) $PY -m difftest fuzz --impl $impl "$@" --workers $W --time-budget $S --seed 1 \
+      --out /tmp/sync_$name > /tmp/sync_$name.log 2>&1
+    row $name sync /tmp/sync_$name | tee -a $O/bench.json
+  fi
   timeout $((S + 900)) $PY -m difftest.pipeline --impl $impl "$@" --verifiers $V --time-budget $S --seed 1 \
     --out /tmp/pipe_$name > /tmp/pipe_$name.log 2>&1
   row $name pipelined /tmp/pipe_$name | tee -a $O/bench.json
   tail -n 2 /tmp/sync_$name.log /tmp/pipe_$name.log
 }
 
-case "${IMPLS:-gpu}" in
-  fake) bench fake_slow_device tests/pipeline_impls.py:SLOW_DEVICE --op routing ;;
-  *)
-    bench mono_moe flashinfer.mono_moe --model mono-moe
-    bench fused_topk_deepseek flashinfer.fused_topk_deepseek --model deepseek-v3 --op routing
-    DIFFTEST_TRTLLM_GEN_AS_BUILT=1 bench trtllm_gen_routing flashinfer.trtllm_gen_routing --model trtllm-gen-routing
-    bench torch_cuda torch-cuda --model deepseek-v3 ;;
-esac
+# KINDS picks the columns (default "before sync pipelined"). IMPLS picks which rows run (default all four; a device call is at most 10 minutes, so the session-5 run split
+# them over calls: IMPLS=mono_moe, then the other three).
+for name in ${IMPLS:-mono_moe fused_topk_deepseek trtllm_gen_routing torch_cuda}; do
+  case $name in
+    fake) bench fake_slow_device tests/pipeline_impls.py:SLOW_DEVICE --op routing ;;
+    mono_moe) bench mono_moe flashinfer.mono_moe --model mono-moe ;;
+    fused_topk_deepseek) bench fused_topk_deepseek flashinfer.fused_topk_deepseek --model deepseek-v3 --op routing ;;
+    trtllm_gen_routing) DIFFTEST_TRTLLM_GEN_AS_BUILT=1 bench trtllm_gen_routing flashinfer.trtllm_gen_routing \
+      --model trtllm-gen-routing ;;
+    torch_cuda) bench torch_cuda torch-cuda --model deepseek-v3 --op routing --op quant --op moe ;;  # named ops: the
+      # tree before (and main before b492db9) drew trtllm_ops around the preset and stopped
+    *) echo "pipeline_bench: unknown IMPLS entry '$name'"; exit 2 ;;
+  esac
+done
 
 $PY - $O/bench.json <<'EOF'
 import json, sys
