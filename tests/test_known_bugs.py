@@ -13,7 +13,7 @@ from difftest import check, fixtures, generate, impl_spec, known_bugs, replay
 from difftest.case import Case
 
 ROOT = Path(__file__).resolve().parents[1]
-PREFIX = "difftest.known_bugs:"
+PREFIX = "bug:K"  # registry names (difftest/interface.py SELF_TEST)
 PATHS = [p for p in fixtures.discover(ROOT / "fixtures")
          if json.loads((p / "case.json").read_text())["impl"]["ref"].startswith(PREFIX)]
 CORRECT = ("spec", "torch")
