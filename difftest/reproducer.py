@@ -260,7 +260,7 @@ def write_script(fx, path):
     arrays.update({f"expected.{k}": np.asarray(e) for k, (e, _) in ref.items()})
     arrays.update({f"bound.{k}": np.asarray(b, np.float64) for k, (_, b) in ref.items()})
     np.savez(npz, **arrays)
-    impl_ref = fx.impl_ref
+    impl_ref = interface.self_test_ref(fx.impl_ref) or fx.impl_ref  # the script imports module:NAME itself
     where, _, name = impl_ref.rpartition(":")
     if where.endswith(".py"):  # a file reference: as seen from the script's directory
         target = (Path.cwd() / where).resolve() if not Path(where).is_absolute() else Path(where)
