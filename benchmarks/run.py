@@ -607,6 +607,12 @@ CAUSES = """
 - **Campaign throughput.** What is left per small case is the case itself (the spec's result and bounds, the
   comparison, torch, the inputs) and Hypothesis' own engine (drawing ~15 choices, its per-example bookkeeping);
   a second worker only helps when the other jobs on the 2 cores leave it a core.
+- **GPU campaigns (H200).** mono_moe pipelined meets the target (7.4× the tree before, 2.3× `fuzz` now; in compared
+  cases 429 against 32 and 114), and what bounds it is verification: the device waited 46 of 82 s for its 15
+  verifiers (a mono_moe case is about 2.7 s of spec on one core). For the routing kernels and torch-CUDA pipelining
+  loses (0.1-0.4×): their verification is cheap, and the one device process spends 2-16 ms of host work per case
+  inside the adapter (inside-the-implementation seconds ≈ held seconds), while `fuzz` calls the kernel from 12
+  processes at once. `difftest.pipeline` prints that hint; `fuzz` stays the mode for them.
 
 ## What changed for issue 24 (A/B against the tree before, same conditions, measured once while changing it)
 

@@ -383,6 +383,7 @@ def case_row(impl_name, case, result, recipe=None, kind=None):
         "spec_seconds": round(result.spec_seconds, 6),
         "excluded_tokens": result.excluded,
         "near_tie_tokens": result.near_ties,
+        "bias": [list(p) for p in result.bias],
     }
 
 

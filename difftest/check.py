@@ -19,6 +19,7 @@ class Result(NamedTuple):
     near_ties: int = 0
     seconds: float = 0.0  # implementation run time
     spec_seconds: float = 0.0
+    bias: tuple = ()  # ((token, d_t), ...): compare.Verdict.bias
 
 
 def read_only(inputs):
@@ -119,5 +120,5 @@ def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
         )
     status = "pass" if v.ok else "fail"
     return Result(
-        status, float(v.ratio), v.message, v.excluded, v.near_ties, t1 - t0, time.perf_counter() - t1
+        status, float(v.ratio), v.message, v.excluded, v.near_ties, t1 - t0, time.perf_counter() - t1, v.bias
     )

@@ -30,7 +30,7 @@ from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, as_format, round_to
 from spec.recipes import DEFAULT
 
-from . import impl_spec
+from . import bias, impl_spec
 
 U32 = FP32.unit_roundoff
 SOFTMAX_KEYS = spec_routing.SOFTMAX_METHODS  # key classes: spec.routing.METHODS
@@ -44,6 +44,7 @@ class Verdict(NamedTuple):
     message: str  # "" when ok
     excluded: int = 0  # tokens not compared: routing not robust and ids not exposed, or weights unbounded
     near_ties: int = 0  # tokens decided by the tie-aware validity check
+    bias: tuple = ()  # moe: ((token, d_t), ...) of difftest/bias.py, tokens with d_t != 0; () where it does not apply
 
 
 PASS = Verdict(True, 0.0, "")
@@ -572,7 +573,25 @@ def compare_moe(case, inputs, out, recipe, tag):
     rows = keep[:, None]
     v = elementwise("out", np.where(rows, got, 0), np.where(rows, spec.out, 0), np.where(rows, hard, 0), tag)
     v_ideal = recipe_vs_ideal(case, inputs, spec, used)
-    return worst(v, *v_ideal)._replace(excluded=int((~keep).sum()), near_ties=near_ties)
+    v_weights = PASS
+    if ids is not None and "weights" in out:  # exposed router weights: as the routing op's, at the same ids
+        v_weights = compare_routing(replace(case, op="routing", config=moe_routing(c), weight_seed=None), inputs,
+                                    {"ids": ids, "weights": out["weights"]}, recipe, tag)
+    v_bias, pairs = PASS, ()
+    if bias.not_applicable(recipe) is None:  # errors of a correct implementation are symmetric: no one-way push
+        d = bias.token_signs(got, spec.out, keep)
+        pairs = tuple((int(t), int(d[t])) for t in np.flatnonzero(d))
+        e = bias.case_evidence(d)
+        v_bias = Verdict(False, v.ratio, f"{e.describe()} [{tag}]") if e.rejects() else PASS
+    return worst(v, *v_ideal, v_weights, v_bias)._replace(
+        excluded=int((~keep).sum()), near_ties=near_ties, bias=pairs
+    )
+
+
+def moe_routing(c):
+    """The RoutingConfig of a moe case's router weights as the layer returns them (rsf left out when the combine
+    applies it)."""
+    return c.routing if c.rsf_placement == "routing" else replace(c.routing, routed_scaling_factor=None)
 
 
 def recipe_vs_ideal(case, inputs, spec, recipe):

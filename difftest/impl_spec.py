@@ -112,8 +112,9 @@ def expert_weights(case, recipe):
 
 
 @refusals
-def layer(case, inputs, recipe, ids=None):
-    """spec LayerResult of a moe case under `recipe` (None: ideal); `ids` forces the expert selection."""
+def layer(case, inputs, recipe, ids=None, accumulate=None):
+    """spec LayerResult of a moe case under `recipe` (None: ideal); `ids` forces the expert selection;
+    `accumulate` (spec.layer.ACCUMULATIONS) one realization of the recipe's sums instead of the recipe-exact one."""
     from spec.layer import moe_layer
 
     c = case.config
@@ -130,6 +131,7 @@ def layer(case, inputs, recipe, ids=None):
         **{**c.layer_kwargs(), "quant": quant, "scale_fmt": c.scale_fmt if quant == c.quant else "fp32"},
         recipe=recipe,
         ids=ids,
+        accumulate=accumulate,
     )
 
 
@@ -250,3 +252,20 @@ SPEC = Impl(
     recipe=lambda case: DEFAULT,
     run=_run,
 )
+
+
+def summed_in(accumulate, recipe=DEFAULT):
+    """The spec's moe layer as an implementation of `recipe` that sums its GEMMs in one realization (`accumulate`:
+    "fp32" sequential, "fp32_pairwise", "fp32_blocked", "hopper_fp8"): a correct implementation whose results
+    differ from the recipe-exact ones, for the tests of the bounds and of the bias test."""
+    return Impl(
+        name=f"spec:{accumulate}",
+        version="0.1.0",
+        ops=("moe",),
+        deterministic=True,
+        may_crash=False,
+        available=lambda: None,
+        unsupported=_unsupported,
+        recipe=lambda case: recipe,
+        run=lambda case, inputs: {"out": layer(case, inputs, recipe, accumulate=accumulate).out},
+    )

@@ -9,7 +9,7 @@ An implementation is any object with these attributes (docs/interfaces.md):
     unsupported(case) -> str | None      # None, or why this case is outside its declared configurations
     recipe(case) -> Recipe | None        # where it rounds; None: compare against the ideal only
     run(case, inputs) -> dict[str, np.ndarray]
-        routing -> {"ids", "weights"}; quant -> {"q", "scales", "scale_buffer"}; moe -> {"out"} (+ "ids")
+        routing -> {"ids", "weights"}; quant -> {"q", "scales", "scale_buffer"}; moe -> {"out"} (+ "ids", + "weights")
     space: dict (optional)   # the configurations it covers: fuzz draws only these (difftest/where.py)
 
 ``Impl`` below is the plain NamedTuple the built-ins use; plug-ins may use any object of that shape.

@@ -160,6 +160,18 @@ def failures_by_signature(out):
     return n
 
 
+def bias_cells(out):
+    """difftest/bias.py over this run's rows (cases-*.jsonl, before the merge): (the cells whose errors push one
+    way, [{impl, op, quant, cases, evidence, message}]; every cell's evidence, Monitor.cells_summary)."""
+    from .bias import Monitor
+
+    monitor = Monitor()
+    for p in sorted(out.glob("cases-*.jsonl")):
+        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+            monitor.add(row)
+    return monitor.findings(), monitor.cells_summary()
+
+
 def nothing_compared(cases, skips, limit):
     """The one-line reason a campaign compared no case (exit 2); limit: what ended it."""
     if cases:
@@ -429,6 +441,7 @@ def run_campaign(args, out):
     op_seconds = sum((Counter(secs) for _, _, secs in results.values()), Counter())
     ran, compared, skips = this_run(out)
     per_signature = failures_by_signature(out)
+    biased, evidence = bias_cells(out)
     summary = summarize(out)
     summary.update(
         {
@@ -443,6 +456,8 @@ def run_campaign(args, out):
             "interrupted": received[0] if received else None,
             "compared": compared,
             "distinct_findings": distinct_findings(findings, per_signature),
+            "bias_findings": biased,
+            "bias_cells": evidence,
             "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
                                if sig in args.known_signatures],
             **drawn_inside(args),
@@ -465,13 +480,15 @@ def run_campaign(args, out):
         print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field):")
         for d in distinct:
             print(f"  [{', '.join(d['signature'])}] {d['cases']} failing cases, fixture {d['fixture']}")
+    for b in biased:
+        print(f"FINDING [{b['op']}, {b['impl']}, bias] {b['cases']} cases: {b['message']}")
     for k in summary["known_failures"]:
         print(f"known (--known): [{', '.join(k['signature'])}] {k['cases']} failing cases, not reported again")
     print(report.maybe_render(out))
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
-    if not findings and not compared:  # a campaign that compared nothing is no clean run
+    if not findings and not biased and not compared:  # a campaign that compared nothing is no clean run
         limit = (f"stopped by {received[0]}" if received else f"--time-budget {budget:g} s"
                  if args.max_examples is None else f"--max-examples {args.max_examples}")
         raise UsageError(nothing_compared(ran, skips, limit))
-    return 1 if findings else 0
+    return 1 if findings or biased else 0

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import routing
+from .hopper import HOPPER_CHUNK
 from .numerics import FP32, FP64, as_format, round_to
 
 # tanh.approx.f32 (MUFU.TANH, what tanhf becomes under -use_fast_math): the largest relative error against the
@@ -106,8 +107,17 @@ def shadow_operand(a, e):
     return np.concatenate([np.abs(a), e.hard, e.prob, e.ideal])
 
 
-def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None):
+def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None, directed=None, hopper=None):
     """gemm's Err from products = shadow_operand(a, e)·|W|ᵀ [4M, N], n = K.
+
+    hopper [M, N] (a hopper_fp8 recipe on FP8 operands; None otherwise): the tensor core's truncation beyond the
+    spec's, Σ_b scales·hopper_truncation — against emulated block sums, twice it in the blocks where a code may
+    differ (each side's block sum within it of the exact one) and 0 elsewhere; against exact sums, once everywhere.
+    It replaces γ_b(2^-13)·Σ|ab| (moved) and the hopper part of accumulation; the fp32 promotion across blocks
+    keeps γ_{n/b+2}(2^-24).
+
+    directed [M, N] (directed_products; None: not known): a tighter hard bound on |(a' − a)·Wᵀ| than δ·|W|ᵀ, from
+    operand errors known to lie in [lo, hi] with a sign each.
 
     moved [M, N] bool (hopper_fp8 emulated by hopper.hopper_fp8_step, bit-exact on the device; None otherwise):
     where False, an implementation of the recipe sums each K block over the spec's very codes, exactly as the
@@ -117,19 +127,112 @@ def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None):
     hard_c, prob_c = accumulation(n, acc, fp8_operands, block)
     own = gamma(n + 2, U64)
     mag, h, p, i = np.split(products, 4)
+    hd = h if directed is None else np.minimum(directed, h)
+    if hopper is not None and acc == "hopper_fp8" and fp8_operands:
+        outer = own + gamma(-(-n // block) + 2, U32)
+        ideal = i + (hard_c if moved is not None else own) * mag
+        return Err(hd + outer * (mag + h) + hopper, p + outer * (mag + p) + hopper, ideal)
     if moved is None or not (acc == "hopper_fp8" and fp8_operands):
-        return Err(h + hard_c * (mag + h), p + prob_c * (mag + p), i + own * mag)
+        return Err(hd + hard_c * (mag + h), p + prob_c * (mag + p), i + own * mag)
     outer = own + gamma(-(-n // block) + 2, U32)
     twice_inner = np.where(moved, 2 * gamma(min(n, block), HOPPER_U), 0.0)
-    return Err(h + (outer + twice_inner) * (mag + h), p + (outer + twice_inner) * (mag + p), i + hard_c * mag)
+    return Err(hd + (outer + twice_inner) * (mag + h), p + (outer + twice_inner) * (mag + p), i + hard_c * mag)
 
 
-def _interval_rounding(v, r, delta, fmt):
+def scale_motion(values, rho, w, group):
+    """max over r_g with |r_g − 1| ≤ rho_g of |Σ_g (r_g − 1)·values_g·W_gᵀ| ≤ Σ_g rho_g·|values_g·W_gᵀ|: a group of
+    `group` columns whose common scale moves by r_g moves its partial product (signed) by r_g − 1, instead of each
+    element by rho·|value| against |W|. values, rho [M, K] (rho constant per group), w [N, K] -> [M, N]."""
+    out = np.zeros((values.shape[0], w.shape[0]))
+    for g in range(0, values.shape[1], group):
+        r = rho[:, g]
+        if np.any(r > 0):
+            out += r[:, None] * np.abs(values[:, g:g + group] @ w[:, g:g + group].T)
+    return out
+
+
+HOPPER_TOP_ELEMENTS = 1 << 22  # products held at once while hopper_truncation takes each step's largest one
+
+
+def hopper_truncation(a, w, flips, block=HOPPER_BLOCK):
+    """[M, N, K/block] bound on |B_b(a') − Σ_{k in b} a'_k·w_k| for every a' with |a' − a| ≤ flips, B_b the
+    tensor core's sum of K block b (hopper.hopper_fp8_step, a chain of steps of HOPPER_CHUNK = 32 products from 0).
+    a [M, K], w [N, K] e4m3 code values (unscaled, float64), flips [M, K] >= 0 in the same units.
+
+    One step adds 32 products p to the accumulator c. With E the largest exponent among the nonzero products
+    (e4m3 exponents, -6 for subnormals: 2^E <= max|p| once |a|, |w| are raised to 2^-6) and c (2^e_c <= |c|), each
+    product is truncated toward zero to a multiple of 2^(E-13), losing less than 2^(E-13) with the sign opposite to
+    its own, and c likewise; so the step's products lose less than max(n+, n-)·2^(E-13) (n+ / n- the products that
+    may be positive / negative) and c less than 2^(E-13); the sum is then truncated to 13 fraction bits (< 2^-13 of
+    itself). Over a block, with C_s the exact partial sum of the spec's codes before step s, F_s = Σ flips·|w| over
+    the steps before s and ε_s the bound so far, |c'| <= |C_s| + F_s + ε_s, so step s adds at most
+    (max(n+, n-) + 1)·2^-13·m_s·(1 + 2^-13) + 2^-13·(|C_{s+1}| + F_{s+1} + ε_s), m_s = max(max|p'|, |C_s| + F_s + ε_s).
+    This follows the data: with cancellation the partial sums, and so the truncations, stay far below
+    γ_b(2^-13)·Σ|aw|, the bound for any summation order."""
+    (m, k), n = a.shape, w.shape[0]
+    kb, steps = -(-k // block), block // HOPPER_CHUNK
+    pad = ((0, 0), (0, kb * block - k))
+    a4 = np.pad(a, pad).reshape(m, kb, steps, HOPPER_CHUNK)
+    f4 = np.pad(np.broadcast_to(flips, a.shape), pad).reshape(m, kb, steps, HOPPER_CHUNK)
+    w4 = np.pad(w, pad).reshape(n, kb, steps, HOPPER_CHUNK)
+    sub = 2.0**-6  # e4m3's smallest normal: the exponent a subnormal code takes in E
+    with np.errstate(invalid="ignore"):
+        part = np.einsum("mbsk,nbsk->mnbs", a4, w4)  # exact step sums of the spec's codes
+        moved = np.einsum("mbsk,nbsk->mnbs", f4, np.abs(w4))
+        up, down = (a4 + f4 > 0).astype(np.float64), (a4 - f4 < 0).astype(np.float64)
+        wp, wn = (w4 > 0).astype(np.float64), (w4 < 0).astype(np.float64)
+        count = np.maximum(np.einsum("mbsk,nbsk->mnbs", up, wp) + np.einsum("mbsk,nbsk->mnbs", down, wn),
+                           np.einsum("mbsk,nbsk->mnbs", down, wp) + np.einsum("mbsk,nbsk->mnbs", up, wn))
+        big_a, big_w = np.maximum(np.abs(a4) + f4, sub), np.maximum(np.abs(w4), sub)
+        top = np.empty((m, n, kb, steps))
+        cols = max(1, HOPPER_TOP_ELEMENTS // max(1, m * kb * block))
+        for n0 in range(0, n, cols):
+            top[:, n0:n0 + cols] = (big_a[:, None] * big_w[None, n0:n0 + cols]).max(axis=-1)
+    c = f = eps = np.zeros((m, n, kb))
+    u = 2.0**-13
+    for j in range(steps):
+        entering = np.abs(c) + f + eps
+        c, f = c + part[..., j], f + moved[..., j]
+        eps = eps + (count[..., j] + 1) * u * np.maximum(top[..., j], entering) * (1 + u) + u * (np.abs(c) + f + eps)
+    return eps
+
+
+def directed_products(lo, hi, w_pos, w_neg):
+    """max over a' with a' − a ∈ [lo, hi] (lo ≤ 0 ≤ hi elementwise) of |(a' − a)·Wᵀ|, W = W⁺ − W⁻: the larger of
+    hi·W⁺ᵀ − lo·W⁻ᵀ (the most it can rise) and −lo·W⁺ᵀ + hi·W⁻ᵀ (fall). Each element is charged only on the side
+    it can reach, against the sign of its weight, instead of its larger side against |W|."""
+    m, n = len(hi), len(w_pos)
+    p = np.concatenate([hi, -lo]) @ np.concatenate([w_pos, w_neg]).T  # one GEMM: [hi; -lo]·[W⁺; W⁻]ᵀ
+    return np.maximum(p[:m, :n] + p[m:, n:], p[m:, :n] + p[:m, n:])
+
+
+def _own(v, exact):
+    """How far the spec's float64 v may be from the exact pre-rounding value: 4 float64 ulps, 0 where v is exact
+    (a stored value). With δ = 0 as well the rounding is then compared exactly, ties to even included."""
+    return 0.0 if exact else 4 * U64 * np.abs(v)
+
+
+def _interval_rounding(v, r, delta, fmt, exact=False):
     """max over v' in [v − δ, v + δ] of |R(v') − r| by monotonicity of R (see module docstring)."""
-    d = delta + 4 * U64 * np.abs(v)  # the spec's own float64 value of v
+    d = delta + _own(v, exact)
     hi = np.abs(round_to(v + d, fmt, saturate=True).astype(np.float64) - r)
     lo = np.abs(r - round_to(v - d, fmt, saturate=True).astype(np.float64))
     return np.where(d > 0, np.maximum(hi, lo), 0.0)
+
+
+def rounded_reach(v, r, e, fmt, flush=False, exact=False):
+    """(lo, hi, None): R(v') − r ∈ [lo, hi] for |v' − v| ≤ e.hard, r = R(v) (the interval rule, directed:
+    lo ≤ 0 ≤ hi, and for most elements one of them is 0, the other side's midpoint being out of reach); flush: FTZ
+    may store 0. None: no shared scale (requant_reach's rho)."""
+    f = as_format(fmt)
+    v, r = np.asarray(v, np.float64), np.asarray(r, np.float64)
+    d = e.hard + _own(v, exact)
+    hi = np.where(d > 0, round_to(v + d, f, saturate=True).astype(np.float64) - r, 0.0)
+    lo = np.where(d > 0, round_to(v - d, f, saturate=True).astype(np.float64) - r, 0.0)
+    if flush:
+        zero = np.abs(v) - d < f.min_normal
+        lo, hi = np.where(zero, np.minimum(lo, -r), lo), np.where(zero, np.maximum(hi, -r), hi)
+    return np.minimum(lo, 0.0), np.maximum(hi, 0.0), None
 
 
 def _flush(v, r, delta, fmt):
@@ -138,11 +241,12 @@ def _flush(v, r, delta, fmt):
     return np.where(np.abs(v) - d < fmt.min_normal, np.abs(np.asarray(r, np.float64)), 0.0)
 
 
-def rounded(v, r, e, fmt, flush=False):
+def rounded(v, r, e, fmt, flush=False, exact=False):
     """r = round_to(v, fmt). hard/prob: the rounding rule; ideal: δ + u·|v| + min_subnormal/2. flush (the
-    recipe's subnormals == "flush"): at least |r| where |v| − δ < min_normal (module docstring, FTZ)."""
+    recipe's subnormals == "flush"): at least |r| where |v| − δ < min_normal (module docstring, FTZ). exact: v
+    is the exact pre-rounding value (a stored value), so where δ = 0 the rounding is compared exactly."""
     f = as_format(fmt)
-    hard, prob = _interval_rounding(v, r, e.hard, f), _interval_rounding(v, r, e.prob, f)
+    hard, prob = _interval_rounding(v, r, e.hard, f, exact), _interval_rounding(v, r, e.prob, f, exact)
     if flush:
         hard, prob = np.maximum(hard, _flush(v, r, e.hard, f)), np.maximum(prob, _flush(v, r, e.prob, f))
     return Err(hard, prob, e.ideal + f.unit_roundoff * np.abs(v) + f.min_subnormal / 2)
@@ -196,6 +300,7 @@ class Quantized(NamedTuple):
     u: float  # a-priori relative error of one element (2·u_fmt where the scale rule saturates)
     linear_scale: bool  # scale = amax·constant (fp8 1×128), so it moves with amax proportionally
     fp8: tuple | None  # (codes, DeepSeek 1×128 scales) for block_scaled_gemm, else None
+    scale_of: object = None  # power-of-two scales (mxfp8, one group level): fp32 amax [M, G] -> scale [M, G]
 
 
 def _group_max(x, g):
@@ -203,15 +308,27 @@ def _group_max(x, g):
     return np.repeat(x.reshape(m, k // g, g).max(axis=-1), g, axis=-1)
 
 
-def _requant_rule(v, delta, q):
-    """Bound on |Q'(v') − Q(v)| for |v' − v| ≤ δ. The scale-setting amax of each group lies in [max(|v| − δ),
-    max(|v| + δ)]. If that pins it, the scale is the spec's; a scale linear in amax (fp8 1×128: amax/448)
-    moves within the same ratio (± 8 fp32 ulps for the formula). Then v'/s' lies in an interval whose end
-    codes, by monotone rounding (widened by 8 fp32 ulps for the quantizer's arithmetic), give the reachable
-    decoded values. A power-of-two or e4m3 scale that may move (mxfp8, nvfp4): δ + |v − Q(v)| + |Q'(v') − v'|
-    ≤ δ + |v − Q(v)| + 2·u_fmt·(|v| + δ) + 4·s_hi·min_subnormal, s_hi = max(s, amax_hi/max_fmt).
-    -> (that bound, where the implementation's code may differ from the spec's): a scale that only moves
-    keeps the codes, and so a tensor-core block sum over them."""
+def _fp32_toward(x, direction):
+    """x rounded to fp32 toward -inf (direction -1) or +inf (+1): the fp32 values an fp32 quantity in
+    [x_lo, x_hi] can take lie in [_fp32_toward(x_lo, -1), _fp32_toward(x_hi, +1)]."""
+    r = np.asarray(x, np.float64).astype(np.float32)
+    wrong = r < x if direction < 0 else r > x
+    return np.where(wrong, np.nextafter(r, np.float32(direction * np.inf)), r)
+
+
+MAX_SCALE_STEPS = 8  # power-of-two scales an amax interval may span before the coarse rule takes over
+
+
+def _requant_reach(v, delta, q):
+    """The values an implementation's Q'(v') can take for |v' − v| ≤ δ: (low, high [M, K] float64, code may
+    differ [M, K] bool). The scale-setting amax of each group lies in [max(|v| − δ), max(|v| + δ)]. If that
+    pins it, the scale is the spec's; a scale linear in amax (fp8 1×128: amax/448) moves within the same ratio
+    (± 8 fp32 ulps for the formula); a power-of-two scale (mxfp8) takes the values of its rule (q.scale_of) between
+    the two ends, at most a few. Then v'/s' lies in an interval whose end codes, by monotone rounding (widened by 8
+    fp32 ulps for the quantizer's arithmetic where s' is not a power of two), give the reachable decoded values.
+    Otherwise (an e4m3 NVFP4 scale that may move): δ + |v − Q(v)| + 2·u_fmt·(|v| + δ) + 4·s_hi·min_subnormal
+    either way, s_hi = max(s, amax_hi/max_fmt). A scale that only moves keeps the codes, and so a tensor-core block
+    sum over them."""
     f = as_format(q.fmt)
     absv = np.abs(v)
     fixed = np.ones(v.shape, bool)
@@ -227,21 +344,63 @@ def _requant_rule(v, delta, q):
     linear = fixed | q.linear_scale
     ratio_lo, ratio_hi = np.where(fixed, 1.0, ratio_lo), np.where(fixed, 1.0, ratio_hi)
     s = np.where(q.scale > 0, q.scale, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ends = [(v + sign * delta) / (s * r) for sign in (-1, 1) for r in (ratio_lo, ratio_hi)]
         slack = 8 * U32 * (absv + delta) / (s * ratio_lo)
         t_lo = round_to(np.minimum.reduce(ends) - slack, f, saturate=True).astype(np.float64)
         t_hi = round_to(np.maximum.reduce(ends) + slack, f, saturate=True).astype(np.float64)
         low = np.minimum(t_lo * s * ratio_lo, t_lo * s * ratio_hi)
         high = np.maximum(t_hi * s * ratio_hi, t_hi * s * ratio_lo)
-        interval = np.maximum(high - q.values, q.values - low)
-    moved = delta + np.abs(v - q.values) + 2 * f.unit_roundoff * (absv + delta) + 4 * s_hi * f.min_subnormal
-    with np.errstate(invalid="ignore"):
         code = q.values / s
-        one_code = linear & np.isfinite(interval) & (t_lo == code) & (t_hi == code)
-    bound = np.where(linear, np.where(np.isfinite(interval), interval, moved), moved)
+        one_code = linear & np.isfinite(low) & np.isfinite(high) & (t_lo == code) & (t_hi == code)
+    use = linear & np.isfinite(low) & np.isfinite(high)
+    if q.scale_of is not None and not use.all():
+        p_lo, p_hi = _pow2_reach(v, delta, q, f)
+        low, high = np.where(use, low, p_lo), np.where(use, high, p_hi)
+        use |= np.isfinite(p_lo) & np.isfinite(p_hi)
+        one_code |= ~linear & (p_lo == q.values) & (p_hi == q.values)
+    moved = delta + np.abs(v - q.values) + 2 * f.unit_roundoff * (absv + delta) + 4 * s_hi * f.min_subnormal
+    low, high = np.where(use, low, q.values - moved), np.where(use, high, q.values + moved)
     unmoved = fixed & (delta == 0)
-    return np.where(unmoved, 0.0, bound), ~unmoved & ~one_code
+    low, high = np.where(unmoved, q.values, low), np.where(unmoved, q.values, high)
+    low, high = np.minimum(low, q.values), np.maximum(high, q.values)
+    # the same split into code flips at the largest scale and the group's common scale motion (requant_reach)
+    shared = q.linear_scale & ~fixed & np.isfinite(t_lo) & np.isfinite(t_hi) & ~unmoved
+    rho = np.where(shared, np.maximum(1 - ratio_lo, ratio_hi - 1), 0.0)
+    changed = ~unmoved & ~one_code
+    with np.errstate(invalid="ignore"):
+        flip_lo = np.where(shared, np.minimum(t_lo - code, 0) * s * ratio_hi, low - q.values)
+        flip_hi = np.where(shared, np.maximum(t_hi - code, 0) * s * ratio_hi, high - q.values)
+        codes = np.where(changed, np.where(linear & use, np.maximum(code - t_lo, t_hi - code), np.inf), 0.0)
+    return low, high, codes, (flip_lo, flip_hi, rho)
+
+
+def _pow2_reach(v, delta, q, f):
+    """(low, high) of _requant_reach for a power-of-two scale of one group level, by every scale of the rule
+    between the amax interval's ends (exact division: no slack); ±inf in groups whose interval spans more than
+    MAX_SCALE_STEPS doublings (the coarse rule then applies)."""
+    (g,) = q.groups
+    m, k = v.shape
+    absv = np.abs(v).reshape(m, k // g, g)
+    d = np.broadcast_to(delta, v.shape).reshape(m, k // g, g)
+    lo = q.scale_of(_fp32_toward(np.maximum(absv - d, 0).max(axis=-1), -1))
+    hi = q.scale_of(_fp32_toward((absv + d).max(axis=-1), +1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steps = np.where(hi > lo, np.log2(hi / lo), 0.0)
+    wide = ~(steps <= MAX_SCALE_STEPS)
+    low, high = np.full(v.shape, np.inf), np.full(v.shape, -np.inf)
+    for i in range(int(np.where(wide, 0, steps).max(initial=0)) + 1):
+        x = np.repeat(np.where(wide, 1.0, np.minimum(lo * 2.0**i, hi)), g, axis=-1)
+        low = np.minimum(low, round_to((v - delta) / x, f, saturate=True).astype(np.float64) * x)
+        high = np.maximum(high, round_to((v + delta) / x, f, saturate=True).astype(np.float64) * x)
+    wide = np.repeat(wide, g, axis=-1)
+    return np.where(wide, -np.inf, low), np.where(wide, np.inf, high)
+
+
+def _requant_rule(v, delta, q):
+    """Bound on |Q'(v') − Q(v)| for |v' − v| ≤ δ (_requant_reach) and where the code may differ."""
+    low, high, codes, _ = _requant_reach(v, delta, q)
+    return np.maximum(high - q.values, q.values - low), codes > 0
 
 
 def requantized(v, e, q):
@@ -255,9 +414,19 @@ def requantized(v, e, q):
     )
 
 
+def requant_reach(v, e, q):
+    """(lo, hi, rho) for |v' − v| ≤ e.hard: Q'(v') − Q(v) = f + Q(v)·(r − 1) with f ∈ [lo, hi] elementwise
+    (lo ≤ 0 ≤ hi: the code flips, at the largest scale; directed, as most elements that can flip can do so only
+    toward one neighbour) and |r − 1| ≤ rho, r = s'/s the one ratio by which the scale of the element's group
+    moves (a scale linear in amax; rho = 0 where the scale is pinned or the whole move is in [lo, hi]). The
+    group's elements move together with r: scale_motion charges them as one."""
+    return _requant_reach(v, e.hard, q)[3]
+
+
 def code_changes(v, e, q):
-    """Elements whose code can differ in an implementation (hard δ), bool like v."""
-    return _requant_rule(v, e.hard, q)[1]
+    """How far an implementation's code can be from the spec's (hard δ), in code values (unscaled): 0 where it
+    is the spec's, inf where only the coarse rule bounds it. [M, K] float64."""
+    return _requant_reach(v, e.hard, q)[2]
 
 
 def quantized_input(x, q, rel=0.0):
@@ -452,9 +621,10 @@ def routing_weight_bound(w, recipe, num_experts, top_k, rsf=1.0, vs_ideal=False,
 def bound_vs_recipe(result, recipe):
     """(hard [T, H], probabilistic [T, H]) bounds on |implementation out − result.out| for an implementation
     that declares `recipe`; `result` is moe_layer(..., recipe=recipe) (with the implementation's ids, if
-    exposed)."""
+    exposed). The probabilistic bound never exceeds the hard one (the hard one may be the tighter where it charges
+    directed flips, gemm_shadow)."""
     _check(result, recipe)
-    return result.errors.hard, result.errors.prob
+    return result.errors.hard, np.minimum(result.errors.prob, result.errors.hard)
 
 
 def bound_vs_ideal(result, recipe):

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import bounds
 from .bounds import Err
+from .hopper import hopper_block_sums
 from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
 from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, decode_pairs, pair_table, round_to
 from .quant import (
@@ -123,7 +124,7 @@ class LayerResult(NamedTuple):
 class Operand(NamedTuple):
     values: np.ndarray  # [M, K] float64, exact
     fp8: tuple | None  # (e4m3 codes, DeepSeek block scales) when block_scaled_gemm can emulate accumulation
-    changed: np.ndarray | None = None  # [M, K] bool: an implementation's FP8 code may differ here (fp8 only)
+    changed: np.ndarray | None = None  # [M, K] float64: how far its FP8 code may move (bounds.code_changes)
 
 
 def _gemm(a, w, accumulate, block=FP8_BLOCK):
@@ -197,21 +198,23 @@ def _weight(wd, name, quant, rows, scale_rows, magnitude=False):
     return Operand(decode(unpack_nibbles(w), E2M1) * sf / np.float64(wd[name + "_global"]), None)
 
 
-def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
+def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK, reach=None):
     """x·Wᵀ [M, N] (_gemm) and its Err (bounds.gemm; `block`: the K block of hopper_fp8), W decoded slab by
     slab from its codes: an expert is never whole in float64, and the four shadow products are one GEMM per
-    slab. Weights prepared from given values (PreparedWeights: ``<name>_values``) add their preparation error
-    (|x| + δ_ideal)·|W − W_given|ᵀ to the ideal bound."""
+    slab. reach (lo, hi, rho): x's hard error is directed (bounds.directed_products), and moves with its groups'
+    scales (bounds.scale_motion; rho None: no shared scale). Weights prepared from given values (PreparedWeights:
+    ``<name>_values``) add their preparation error (|x| + δ_ideal)·|W − W_given|ᵀ to the ideal bound."""
     emulated = c.accumulate == "hopper_fp8" == c.recipe.gemm_acc and x.changed is not None
+    hopper = ex and c.recipe.gemm_acc == "hopper_fp8" and x.fp8 is not None and c.quant == "fp8_block"
     exact = ex and not (ex.hard.any() or ex.prob.any() or ex.ideal.any())  # the given hidden states, as they are
     if exact:  # [|a|; 1]: |a|·|W|ᵀ, and Σ|W| for the three zero shadows (0·|W| is NaN in a row of W with NaN/Inf)
         left = np.concatenate([np.abs(x.values), np.ones((1, x.values.shape[1]))])
     else:
         left = ex and bounds.shadow_operand(x.values, ex)
     if ex and emulated:  # one more left operand: outputs whose block sums may see another code
-        left = np.concatenate([left, x.changed.astype(np.float64)])
+        left = np.concatenate([left, (x.changed > 0).astype(np.float64)])
     given = wd.get(name + "_values")
-    y, products, prepared = [], [], []
+    y, products, prepared, directed, truncation = [], [], [], [], []
     blocked = c.accumulate in BLOCKED and x.fp8 is not None and c.quant == "fp8_block"  # as _gemm decides
     if blocked:  # on the codes, one call per part (each output is its own sum): large calls amortize the setup
         for start, end, first in _parts(wd, name, c.quant, gated):
@@ -222,13 +225,21 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
         if not blocked:
             y.append(_gemm(x, w, c.accumulate, block))
         products.append(ex and left @ (w.values if blocked else np.abs(w.values)).T)
-        if ex and given is not None:  # the preparation error needs the signed values
+        if hopper:  # on the slab's codes (w.fp8), which magnitude decoding keeps signed
+            truncation.append(_hopper_term(x, w, block, emulated))
+        if ex and (given is not None or reach):  # both need the signed values, which blocked decoding skips
             signed = _weight(wd, name, c.quant, rows, scale_rows) if blocked else w
+        if ex and given is not None:  # the preparation error
             off = np.abs(signed.values - np.asarray(given, np.float64)[rows])
             prepared.append((np.abs(x.values) + ex.ideal) @ off.T)
+        if ex and reach:  # the directed charge
+            lo, hi, rho = reach
+            d = bounds.directed_products(lo, hi, np.maximum(signed.values, 0), np.maximum(-signed.values, 0))
+            directed.append(d if rho is None else d + bounds.scale_motion(x.values, rho, signed.values, block))
     if not ex:
         return np.concatenate(y, axis=1), ex
     products = np.concatenate(products, axis=1)
+    directed = np.concatenate(directed, axis=1) if directed else None
     if exact:
         m = len(x.values)
         products = np.concatenate([products[:m], *[np.broadcast_to(0.0 * products[m], (m, products.shape[1]))] * 3,
@@ -237,10 +248,36 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK):
     if emulated:
         products, moved = products[: 4 * len(x.values)], products[4 * len(x.values):] > 0
     fp8 = x.fp8 is not None and c.quant == "fp8_block"
-    e = bounds.gemm_shadow(products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved)
+    truncation = np.concatenate(truncation, axis=1) if hopper else None
+    e = bounds.gemm_shadow(products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved, directed, truncation)
     if prepared:
         e = e._replace(ideal=e.ideal + np.concatenate(prepared, axis=1))
     return np.concatenate(y, axis=1), e
+
+
+def _hopper_term(x, w, block, emulated):
+    """bounds.gemm_shadow's hopper term [M, slab] of one weight slab: Σ_b a_s·w_s·(bound of block b). A block
+    whose codes may differ from the spec's: hopper_truncation (twice against emulated sums). One whose codes are
+    the spec's: against emulated sums nothing (the same block sum), against exact sums its truncation exactly,
+    |hopper_block_sums − exact| (the emulation is the tensor core's, bit for bit)."""
+    (aq, a_s), (wq, w_s) = x.fp8, w.fp8
+    a, wv = E4M3_FLOAT64[aq], E4M3_FLOAT64[wq]
+    flips = np.zeros(aq.shape) if x.changed is None else x.changed
+    kb = -(-a.shape[1] // block)
+    scale = np.asarray(a_s, np.float64)[:, :kb] * np.repeat(np.asarray(w_s, np.float64)[0], FP8_BLOCK // block)[:kb]
+    pad = ((0, 0), (0, kb * block - a.shape[1]))
+    flipped = (np.pad(flips, pad).reshape(len(a), kb, block) > 0).any(axis=-1)[:, None, :]  # [M, 1, KB]
+    if emulated:  # only rows with a block that may differ
+        out, rows = np.zeros((len(a), len(wv))), np.flatnonzero(flipped.any(axis=(1, 2)))
+        if rows.size:
+            eps = bounds.hopper_truncation(a[rows], wv, flips[rows], block)
+            out[rows] = np.einsum("mnb,mb->mn", np.where(flipped[rows], 2 * eps, 0.0), scale[rows])
+        return out
+    eps = bounds.hopper_truncation(a, wv, flips, block)  # [M, slab, KB]
+    exact = np.einsum("mbk,nbk->mnb", np.pad(a, pad).reshape(len(a), kb, block),
+                      np.pad(wv, pad).reshape(len(wv), kb, block))
+    known = np.abs(hopper_block_sums(aq, wq, block) - exact)
+    return np.einsum("mnb,mb->mn", np.where(flipped, eps, known), scale)
 
 
 def _split(e, half_order):
@@ -254,11 +291,12 @@ def _rows(e, t):
     return e and Err(*(x[t] for x in e))
 
 
-def _stored(v, e, fmt, R):
+def _stored(v, e, fmt, R, exact=False):
     """A rounding point of the recipe: v stored in fmt, and its error shadow e carried through the store
-    (bounds.rounded; any result below fmt's min normal may be 0 under R.subnormals "flush"). e falsy: none."""
+    (bounds.rounded; any result below fmt's min normal may be 0 under R.subnormals "flush"; exact: v is itself a
+    stored value). e falsy: none."""
     r = round_to(v, fmt)
-    return r, e and bounds.rounded(v, r, e, fmt, R.subnormals == "flush")
+    return r, e and bounds.rounded(v, r, e, fmt, R.subnormals == "flush", exact=exact)
 
 
 def _expert(x, ex, wt, ew, wd, c):
@@ -278,10 +316,13 @@ def _expert(x, ex, wt, ew, wd, c):
     a, ea = _stored(fg, eg and bounds.nonlinear(f.__name__, g, fg, eg), R.act_compute, R)
     if gated:
         a, ea = _stored(a * up, ea and bounds.product(a, up, ea, eup), R.act_compute, R)
-    a2, ea2 = _stored(a, ea, R.act_out, R)
+    a2, ea2 = _stored(a, ea, R.act_out, R, exact=True)  # a is a stored act_compute value: exact
+    last = (a, a2, ea)  # the intermediate's last rounding: GEMM2's operand error is its directed reach
     weighted_early = not c.router_weight_on_input and R.router_weight_at == "before_requant"
     if weighted_early:  # mono_moe: w·act in fp32, then the re-quantization sees the weighted value
-        a2, ea2 = _stored(a2 * wt, ea2 and bounds.product(a2, wt, ea2, ew, bounds.U32), R.act_out, R)
+        p, ep = a2 * wt, ea2 and bounds.product(a2, wt, ea2, ew, bounds.U32)
+        a2, ea2 = _stored(p, ep, R.act_out, R)
+        last = (p, a2, ep)
     flips = np.zeros(len(a2), int)
     group = FP8_BLOCK
     if (
@@ -291,10 +332,12 @@ def _expert(x, ex, wt, ew, wd, c):
         q = quantize(a2, c.quant, R, R.requant_variant, R.requant_scale_formula, group, c.scale_fmt)
         changed = ea2 and bounds.code_changes(a2, ea2, q)
         op, ev = Operand(q.values, q.fp8, changed if ea2 else None), ea2 and bounds.requantized(a2, ea2, q)
+        reach = ea2 and bounds.requant_reach(a2, ea2, q)
         flips = np.count_nonzero(changed, axis=-1) if ea2 else flips
     else:
         op, ev = Operand(np.asarray(a2, np.float64), None), ea2
-    y, ey = _weight_gemm(op, ev, wd, "w2", c, block=group)
+        reach = ea2 and bounds.rounded_reach(*last, R.act_out, R.subnormals == "flush", exact=not weighted_early)
+    y, ey = _weight_gemm(op, ev, wd, "w2", c, block=group, reach=reach)
     weighted_in_gemm2 = not c.router_weight_on_input and R.router_weight_at == "gemm2"
     if weighted_in_gemm2:  # the fp32 accumulator times the router weight, then the expert_out write
         y, ey = y * wt, ey and bounds.product(y, wt, ey, ew, bounds.U32)
@@ -476,4 +519,4 @@ def _combine(total, total_abs, err, slots, rsf, R):
     if rsf is not None:
         c, err = _stored(c * np.float64(rsf), err and bounds.product(c, np.float64(rsf), err, Err(0.0, 0.0, 0.0)),
                          R.combine, R)
-    return _stored(c, err, R.out, R)
+    return _stored(c, err, R.out, R, exact=True)  # c is a stored combine value: exact

@@ -219,14 +219,19 @@ def mxfp8_quant(x, *, rule="ocp"):
     if rule not in MXFP8_RULES:
         raise ValueError(f"rule={rule!r} is not one of {MXFP8_RULES}")
     groups = _rows_of_groups(x, MX_BLOCK, "x")
-    amax = _amax(groups)
-    if rule == "ocp":
-        _, e = np.frexp(amax)  # amax = f·2^e, f in [0.5, 1): floor(log2 amax) = e - 1, exact
-        codes = np.where(amax > 0, np.clip(e - 1 - E4M3_EMAX + 127, 0, 254), 0).astype(np.uint8)
-    else:
-        codes = ue8m0_ceil(amax * RCP448)
+    codes = mx_scale(_amax(groups), rule)
     v = np.ldexp(groups.astype(np.float64), 127 - codes[..., None].astype(np.int32))
     return encode(v, E4M3FN, saturate=True).reshape(x.shape), codes
+
+
+def mx_scale(amax, rule):
+    """e8m0 code of the MXFP8 scale X of a block whose amax is `amax` (fp32 values, >= 0), non-decreasing in
+    amax: ocp X = 2^(floor(log2 amax) - 8), ceil448 X = ue8m0_ceil(fl(amax·fl(1/448))); amax 0 -> code 0."""
+    amax = _fp32_values(amax, "amax")
+    if rule == "ocp":
+        _, e = np.frexp(amax)  # amax = f·2^e, f in [0.5, 1): floor(log2 amax) = e - 1, exact
+        return np.where(amax > 0, np.clip(e - 1 - E4M3_EMAX + 127, 0, 254), 0).astype(np.uint8)
+    return ue8m0_ceil(amax * RCP448)
 
 
 def mxfp8_dequant(q, scales):
@@ -343,6 +348,7 @@ def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK, scale_fm
         q, e8 = mxfp8_quant(x, rule=recipe.mx_rule)
         scale = block_scales(decode(e8, E8M0), x.shape[1], MX_BLOCK)
         u = E4M3FN.unit_roundoff * (2 if recipe.mx_rule == "ocp" else 1)  # ocp: x/X < 512 saturates at 448
-        return Quantized(E4M3_VALUES[q] * scale, scale, "e4m3fn", (MX_BLOCK,), u, False, None)
+        scale_of = lambda amax: decode(mx_scale(amax, recipe.mx_rule), E8M0).astype(np.float64)
+        return Quantized(E4M3_VALUES[q] * scale, scale, "e4m3fn", (MX_BLOCK,), u, False, None, scale_of)
     values, scale = nvfp4_rows(x)
     return Quantized(values, scale, "e2m1", (NVFP4_BLOCK, x.shape[1]), E2M1.unit_roundoff, False, None)

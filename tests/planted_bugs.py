@@ -1,8 +1,18 @@
-"""A routing implementation with a rare planted bug, for tests of shared example databases
-(tests/test_redis_db.py): torch's routing, except that for one case seed in 64 the first token's first weight
-is doubled. A campaign of hundreds of examples finds it; a few fresh examples almost never do."""
+"""Implementations with planted bugs, loaded as plug-ins (tests/planted_bugs.py:NAME).
 
+ONE_SEED_IN_64, for tests of shared example databases (tests/test_redis_db.py): torch's routing, except that for
+one case seed in 64 the first token's first weight is doubled. A campaign of hundreds of examples finds it; a few
+fresh examples almost never do. RNE_ACC / TRUNCATING_ACC (below): a correct fp32-store layer and its twin with a
+truncating accumulator, for the bias test (tests/test_bias.py)."""
+
+import numpy as np
+import torch
+
+import impls.torch_eager as te
+from difftest.generate import weights as generated_weights
+from difftest.impl_spec import routing_kwargs
 from difftest.impl_torch import TORCH
+from spec.recipes import Recipe
 
 EVERY = 64
 
@@ -17,3 +27,72 @@ def _run(case, inputs):
 
 
 ONE_SEED_IN_64 = TORCH._replace(name="planted:one_seed_in_64", ops=("routing",), run=_run)
+
+
+# ---- fp32 stores, and an accumulator that truncates (issue 21: the bug no worst-case bound sees)
+# A bf16-path layer that stores everything in fp32 (FP32_STORES: gemm1_out, act_out, expert_out, out), so that
+# every accumulation error reaches the output. RNE_ACC sums its GEMMs with torch's fp32 matmul (a correct
+# implementation of the recipe); TRUNCATING_ACC sums them in K order in an fp32 accumulator that rounds toward
+# zero. The truncation changes nearly every output of every case, far below the hard bound (its worst case over
+# summation orders), but always toward zero of the partial sums: the bias test (difftest/bias.py) is what sees it.
+FP32_STORES = Recipe(name="fp32_stores", gemm1_out="fp32", act_out="fp32", expert_out="fp32", out="fp32",
+                     requant_intermediate=False)
+
+
+def _truncating_mm(a, w):
+    """fp32 a @ w.T, each product added in K order to an fp32 accumulator that rounds toward zero."""
+    p = a.unsqueeze(1) * w.unsqueeze(0)  # [n, N, K] fp32 products (exact for bf16 operands)
+    acc = torch.zeros(p.shape[:2], dtype=torch.float32)
+    for k in range(p.shape[-1]):
+        s = acc.double() + p[..., k].double()  # exact: two fp32 values within 2^29 of each other
+        f = s.float()
+        acc = torch.where(f.double().abs() > s.abs(), torch.nextafter(f, torch.zeros_like(f)), f)
+    return acc
+
+
+def _rne_mm(a, w):
+    return a @ w.t()
+
+
+def _fp32_layer(mm):
+    def run(case, inputs):
+        c = case.config
+        routing = {**routing_kwargs(c.routing), "bias_dtype": "fp32", "weights_dtype": "fp32"}
+        bias = inputs.get("bias")
+        ids, w, _, rsf = te.layer.layer_routing(
+            torch.from_numpy(np.array(inputs["logits"], np.float32)),
+            None if bias is None else torch.from_numpy(np.array(bias, np.float32)), routing, c.rsf_placement, None)
+        x = torch.from_numpy(np.array(inputs["hidden"], np.float32))
+        source = generated_weights(case)
+        hi = c.local_expert_offset + (c.routing.num_experts - c.local_expert_offset if c.local_num_experts is None
+                                      else c.local_num_experts)
+        acc = torch.zeros(x.shape, dtype=torch.float32)
+        for e in sorted(set(ids.flatten().tolist())):
+            if not c.local_expert_offset <= e < hi:
+                continue
+            tok, slot = torch.nonzero(ids == e, as_tuple=True)
+            ew = {k: torch.from_numpy(np.array(v, np.float32)) for k, v in source.expert(e).items()}
+            h = mm(x[tok], ew["w13"])
+            wt = w[tok, slot].unsqueeze(1)
+            if c.router_weight_on_input:
+                h = h * wt
+            y = mm(te.layer.act(h, c.activation, c.half_order), ew["w2"])
+            acc.index_add_(0, tok, y if c.router_weight_on_input else y * wt)
+        if c.rsf_placement == "combine" and rsf is not None:
+            acc = acc * rsf
+        return {"out": acc.numpy(), "ids": ids.numpy()}
+
+    return run
+
+
+def _fp32_unsupported(case):
+    if case.op != "moe" or case.config.quant != "bf16" or case.config.hidden_dtype != "bf16":
+        return "fp32-store plug-ins: moe bf16 path with bf16 hidden states only"
+    if case.config.expert_weights != "prepared":
+        return "fp32-store plug-ins: prepared (bf16) expert weights only, they prepare no weights of their own"
+    return None
+
+
+RNE_ACC = TORCH._replace(name="planted:fp32_stores", ops=("moe",), unsupported=_fp32_unsupported,
+                         recipe=lambda case: FP32_STORES, run=_fp32_layer(_rne_mm))
+TRUNCATING_ACC = RNE_ACC._replace(name="planted:truncating_fp32_accumulator", run=_fp32_layer(_truncating_mm))

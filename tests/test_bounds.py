@@ -5,16 +5,17 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from test_layer import problem, quantized_weights
 from within import assert_within
 
-from spec import bounds, mlp, recipes
+from difftest.compare import elementwise
+from spec import bounds, hopper, mlp, quant, recipes
 from spec.bounds import Err
 from spec.layer import StackedWeights, moe_layer
-from spec.numerics import round_to
+from spec.numerics import E4M3FN, encode, round_to
 from spec.quant import quantize
 from spec.recipes import Recipe
 
@@ -61,28 +62,154 @@ def test_rounding_rule(v, log_rel, fmt, seed):
     assert np.all((np.abs(r - v) <= e.ideal)[inside])
 
 
-@settings(deadline=None, max_examples=60)
-@given(
+REQUANT_DRAWS = dict(
     seed=st.integers(0, 2**32 - 1),
     path=st.sampled_from(["fp8_block", "mxfp8", "nvfp4"]),
     log_rel=st.floats(-6, -2),
     sparse=st.booleans(),
 )
+
+
+def requant_problem(seed, path, log_rel, sparse):
+    """(rng, v, δ, Q(v)): 4 bf16 rows of 128 at random scales, δ relative 10^log_rel on all or ~10 % of them."""
+    rng = np.random.default_rng(seed)
+    v = round_to(rng.standard_normal((4, 128)) * np.exp(rng.uniform(-3, 3, (4, 1))), "bf16").astype(np.float64)
+    delta = np.abs(v) * 10.0**log_rel * (rng.random(v.shape) < 0.1 if sparse else 1)
+    return rng, v, delta, quantize(v, path, PLAIN, "div", "div448")
+
+
+def requantized_moved(rng, v, delta, path):
+    """The real quantizer on a random fp32 v' within δ of v."""
+    moved = round_to(v + rng.uniform(-1, 1, v.shape) * delta, "fp32")
+    return quantize(np.clip(moved, v - delta, v + delta), path, PLAIN, "div", "div448")
+
+
+@settings(deadline=None, max_examples=60)
+@given(**REQUANT_DRAWS)
 def test_requant_rule(seed, path, log_rel, sparse):
     """Re-quantizing any v' with |v' − v| ≤ δ (δ on some or all elements, amax may move) lands within
     requantized(...).hard of the spec's Q(v), codes and scales recomputed by the real quantizer."""
-    rng = np.random.default_rng(seed)
-    v = round_to(rng.standard_normal((4, 128)) * np.exp(rng.uniform(-3, 3, (4, 1))), "bf16").astype(
-        np.float64
-    )
-    delta = np.abs(v) * 10.0**log_rel * (rng.random(v.shape) < 0.1 if sparse else 1)
-    q = quantize(v, path, PLAIN, "div", "div448")
+    rng, v, delta, q = requant_problem(seed, path, log_rel, sparse)
     e = bounds.requantized(v, Err(delta, delta, np.zeros_like(v)), q)
     for _ in range(8):
-        moved = round_to(v + rng.uniform(-1, 1, v.shape) * delta, "fp32")
-        got = quantize(np.clip(moved, v - delta, v + delta), path, PLAIN, "div", "div448").values
+        got = requantized_moved(rng, v, delta, path).values
         assert np.all(np.abs(got - q.values) <= e.hard), path
     assert np.all(np.abs(q.values - v) <= e.ideal)
+
+
+@settings(deadline=None, max_examples=60)
+@given(**REQUANT_DRAWS)
+@example(seed=15098143, path="fp8_block", log_rel=-2.0, sparse=True)  # f alone beyond the total's bound
+def test_requant_reach_is_directed_and_shares_the_scale(seed, path, log_rel, sparse):
+    """Q'(v') − Q(v) = f + Q(v)·(r − 1) with f in requant_reach's [lo, hi] and r = s'/s, |r − 1| <= rho, for the
+    real quantizer's codes and scales of any v' within δ; and for most elements that can flip, only one side.
+
+    f is one part of the move, not the move: the undirected rule bounds the total |Q' − Q| (requantized.hard), so
+    |f| <= hard + rho·|Q| and, where no scale is shared (rho = 0), |f| <= hard. It may exceed hard alone: an element
+    with δ = 0 whose v/s lies just above a midpoint (17.03·s, code 18, the example) flips to 16 only once its
+    group's amax grows the scale by r > 1.0016, so f = −2·s·r reaches −2·s·r_max, while the total 16·s·r − 18·s
+    stays within 2·s: the scale's rise gives back 16·s·(r − 1) of the flip."""
+    rng, v, delta, q = requant_problem(seed, path, log_rel, sparse)
+    lo, hi, rho = bounds.requant_reach(v, Err(delta, delta, np.zeros_like(v)), q)
+    assert np.all(lo <= 0) and np.all(hi >= 0) and np.all(rho >= 0)
+    hard = bounds.requantized(v, Err(delta, delta, delta), q).hard
+    assert np.all((np.maximum(hi, -lo) <= hard)[rho == 0])
+    assert np.all(np.maximum(hi, -lo) <= hard + rho * np.abs(q.values) * (1 + 1e-12))
+    for _ in range(8):
+        got = requantized_moved(rng, v, delta, path)
+        r = np.where(q.scale > 0, got.scale / np.where(q.scale > 0, q.scale, 1), 1.0)
+        shared = rho > 0
+        assert np.all(np.abs(r - 1)[shared] <= rho[shared] * (1 + 1e-12))
+        f = got.values - q.values - np.where(shared, q.values * (r - 1), 0.0)
+        assert np.all((lo - 1e-12 * np.abs(q.values) <= f) & (f <= hi + 1e-12 * np.abs(q.values))), path
+    if path == "fp8_block" and log_rel < -3:
+        reachable = (lo < 0) | (hi > 0)
+        assert np.mean(((lo < 0) & (hi > 0))[reachable]) < 0.5 if reachable.any() else True
+
+
+@settings(deadline=None, max_examples=50)
+@given(seed=st.integers(0, 2**32 - 1), fmt=st.sampled_from(["bf16", "e4m3fn"]), log_rel=st.floats(-8, -1))
+def test_directed_rounding_and_products(seed, fmt, log_rel):
+    """rounded_reach holds for every v' within δ, and directed_products bounds |(a' − a)·Wᵀ| for deviations in
+    [lo, hi] (checked at random deviations and at the two extreme corners per output), never above δ·|W|ᵀ."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((3, 64)) * 4
+    delta = np.abs(v) * 10.0**log_rel
+    r = round_to(v, fmt, saturate=True).astype(np.float64)
+    e = Err(delta, delta, delta)
+    lo, hi, _ = bounds.rounded_reach(v, r, e, fmt)
+    for _ in range(16):
+        got = round_to(v + rng.uniform(-1, 1, v.shape) * delta, fmt, saturate=True).astype(np.float64) - r
+        assert np.all((lo <= got) & (got <= hi))
+    w = rng.standard_normal((32, 64))
+    wp, wn = np.maximum(w, 0), np.maximum(-w, 0)
+    bound = bounds.directed_products(lo, hi, wp, wn)
+    assert np.all(bound <= np.maximum(hi, -lo) @ np.abs(w).T + 1e-12)
+    up = np.where(w[None] > 0, hi[:, None], lo[:, None])  # the deviation that raises output n the most
+    assert np.allclose(np.maximum((up * w[None]).sum(-1), -(np.where(w[None] > 0, lo[:, None], hi[:, None])
+                                                            * w[None]).sum(-1)), bound)
+    for _ in range(16):
+        d = lo + rng.random(lo.shape) * (hi - lo)
+        assert np.all(np.abs(d @ w.T) <= bound + 1e-12)
+
+
+def test_rounding_of_an_exact_value_without_freedom_is_exact():
+    """δ = 0 on an exactly known value: no freedom, so the bound is 0 even at a tie (ties to even compared
+    exactly: an implementation rounding 1 + 2^-8 away from zero to bf16 fails); a float64 value that may be a few
+    ulps off keeps one ulp there."""
+    v = np.array([1 + 2.0**-8, 1 + 3 * 2.0**-8, 1.3])  # two bf16 ties (to 1 and to 1 + 2^-6) and a plain value
+    r = round_to(v, "bf16").astype(np.float64)
+    zero = Err(np.zeros(3), np.zeros(3), np.zeros(3))
+    assert np.all(bounds.rounded(v, r, zero, "bf16", exact=True).hard == 0)
+    assert np.all(bounds.rounded_reach(v, r, zero, "bf16", exact=True)[1] == 0)
+    assert np.all(bounds.rounded(v, r, zero, "bf16").hard[:2] == 2.0**-7)
+    away = np.array([1 + 2.0**-7, 1 + 2 * 2.0**-7, 1.296875])  # ties rounded away from zero, 1.3 as RNE
+    assert not elementwise("ties away", away, r, bounds.rounded(v, r, zero, "bf16", exact=True).hard, "t").ok
+
+
+def test_scale_motion_charges_a_group_once():
+    """A group whose common scale moves by r moves its partial product by r − 1: scale_motion bounds that for
+    every r within rho, and is far below rho·|values|·|W|ᵀ when the group's products cancel."""
+    rng = np.random.default_rng(5)
+    values, w = rng.standard_normal((4, 256)), rng.standard_normal((16, 256))
+    rho = np.repeat(rng.uniform(0, 0.01, (4, 2)), 128, axis=1)
+    bound = bounds.scale_motion(values, rho, w, 128)
+    for _ in range(32):
+        r = 1 + np.repeat(rng.uniform(-1, 1, (4, 2)), 128, axis=1) * rho
+        assert np.all(np.abs((values * (r - 1)) @ w.T) <= bound + 1e-12)
+    assert np.median(bound / ((rho * np.abs(values)) @ np.abs(w).T)) < 0.2
+
+
+@settings(deadline=None, max_examples=20)
+@given(seed=st.integers(0, 2**32 - 1), signed=st.booleans(), spread=st.sampled_from([1.0, 100.0]))
+def test_hopper_truncation_bounds_the_tensor_core(seed, signed, spread):
+    """hopper_truncation bounds |B_b(a') − Σ a'·w| of the emulated tensor core (hopper.hopper_block_sums_reference)
+    for codes a' within flips of a, and stays well below γ_128(2^-13)·Σ|a'w| on cancelling data."""
+    rng = np.random.default_rng(seed)
+    enc = lambda x: quant.E4M3_VALUES[encode(x, E4M3FN, saturate=True)].astype(np.float64)
+    a, w = enc(rng.standard_normal((4, 256)) * spread), enc(rng.standard_normal((32, 256)) * spread)
+    if not signed:
+        a, w = np.abs(a), np.abs(w)
+    flips = np.where(rng.random(a.shape) < 0.2, np.abs(a) / 8, 0.0)
+    eps = bounds.hopper_truncation(a, w, flips)
+    for _ in range(4):
+        moved = enc(a + rng.uniform(-1, 1, a.shape) * flips)
+        moved = np.where(np.abs(moved - a) <= flips, moved, a)
+        exact = np.einsum("mbk,nbk->mnb", moved.reshape(4, 2, 128), w.reshape(32, 2, 128))
+        assert np.all(np.abs(hopper.hopper_block_sums_reference(moved, w, 128) - exact) <= eps)
+    gamma = bounds.gamma(128, 2.0**-13) * np.einsum("mbk,nbk->mnb", np.abs(a).reshape(4, 2, 128),
+                                                     np.abs(w).reshape(32, 2, 128))
+    assert np.median(eps / gamma) < (0.5 if signed else 1.0)
+
+
+def test_hopper_truncation_is_reached():
+    """The worst case the bound is built for: a first step of 448² products lifts the accumulator to 2^22.6, so
+    each later product 22.5² = 506.25 lies below the 2^(22-13) = 512 grid and is truncated to 0. The block sum
+    loses 96·506.25, more than half the bound."""
+    a = np.array([[448.0] * 32 + [22.5] * 96])
+    lost = np.abs(hopper.hopper_block_sums_reference(a, a, 128) - (a * a).sum())
+    assert lost == 96 * 506.25
+    assert 0.5 < lost / bounds.hopper_truncation(a, a, np.zeros_like(a)) <= 1
 
 
 def permuted(x, w, K_perm_h, I_perm, gated):
@@ -122,9 +249,10 @@ CASES = [
 def test_hard_bound_holds_for_reordered_accumulation(path, recipe, activation, seed):
     """The spec recomputed as an implementation would run it never leaves bound_vs_recipe of the recipe-exact
     result, and the recipe-exact result never leaves bound_vs_ideal of the ideal. Against exact sums: fp32
-    sequential, fp32 pairwise, block-scaled fp32 and the Hopper accumulator, with K orders permuted within
-    scale blocks. A hopper_fp8 recipe's own result emulates the tensor core (bit-exact, hopper.hopper_fp8_step),
-    so its implementations differ only in the order of the blocks' fp32 promotion: whole blocks permuted."""
+    sequential, fp32 pairwise and block-scaled fp32, with K orders permuted within scale blocks. A hopper_fp8
+    recipe is the tensor core's accumulator, which sums each K block in ascending K, 32 products a step (the
+    measured model, hopper.hopper_fp8_step): its implementations differ only in the order of the blocks' fp32
+    promotion, whole blocks permuted, against the recipe's own emulated result and against exact sums."""
     gated = activation in mlp.GATED_ACTIVATIONS
     x, logits, w13, w2 = problem(seed % 2**16, T=8, H=256, I=128, E=4, gated=gated)
     rng = np.random.default_rng(seed)
@@ -136,11 +264,11 @@ def test_hard_bound_holds_for_reordered_accumulation(path, recipe, activation, s
     runs = [("exact", (x, weights), acc) for acc in accs]
     runs += [("exact", (within[0], quantized_weights(*within[1:], path)[0]), acc) for acc in accs]
     if recipe.gemm_acc == "hopper_fp8":
-        runs += [("exact", (within[0], quantized_weights(*within[1:], path)[0]), "hopper_fp8")]
         g2 = recipe.requant_group
         blocks = permuted(x, (w13, w2), block_order(rng, 256, 128), block_order(rng, 128, g2), gated)
-        runs += [("hopper_fp8", (x, weights), "hopper_fp8"),
-                 ("hopper_fp8", (blocks[0], quantized_weights(*blocks[1:], path)[0]), "hopper_fp8")]
+        block_weights = quantized_weights(*blocks[1:], path)[0]
+        runs = [(reference, operands, "hopper_fp8") for reference in ("exact", "hopper_fp8")
+                for operands in ((x, weights), (blocks[0], block_weights))]
     for reference in {r for r, _, _ in runs}:
         exact = moe_layer(x, logits, None, weights, **kw, accumulate=reference)
         hard, prob = bounds.bound_vs_recipe(exact, recipe)
@@ -156,8 +284,12 @@ VACUITY = [  # (path, recipe, H, I): FP8 Hopper recipes need ≥ 3 K blocks for 
     ("bf16", recipes.TRTLLM_BF16, 256, 128),
     ("bf16", FP32_STORES, 256, 128),
     ("fp8_block", recipes.TRTLLM_FP8_BLOCK, 256, 128),
+    ("fp8_block", recipes.TRTLLM_GEN_NOGEMM_FP8_BLOCK, 256, 128),
+    ("fp8_block", recipes.TORCH_EAGER_FP8_BLOCK, 256, 128),
     ("fp8_block", recipes.SGLANG_TRITON_FP8_BLOCK, 512, 384),
     ("fp8_block", recipes.MONO_MOE, 512, 256),
+    ("mxfp8", recipes.TORCH_EAGER_MXFP8, 256, 128),
+    ("nvfp4", recipes.TORCH_EAGER_NVFP4, 256, 128),
 ]
 
 
@@ -184,6 +316,47 @@ def test_hard_bound_is_not_vacuous(path, recipe, H, I):
     assert np.isfinite(hard).all() and (hard > 0).all()
     ratio = np.max(np.abs(got.out - exact.out) / hard)
     assert 0.01 <= ratio <= 1, f"observed / bound = {ratio}"
+
+
+TORCH_PATHS = {"bf16": recipes.TORCH_EAGER_BF16, "fp8_block": recipes.TORCH_EAGER_FP8_BLOCK,
+               "mxfp8": recipes.TORCH_EAGER_MXFP8, "nvfp4": recipes.TORCH_EAGER_NVFP4}
+
+
+@pytest.mark.parametrize("path", TORCH_PATHS)
+def test_torch_eager_reaches_the_bound(path):
+    """The torch eager implementation, a correct one written independently, comes within 100x of the hard
+    bound of its declared recipe somewhere in 512 tokens (its bf16 outputs: where an output lands on the other
+    side of a rounding midpoint, one ulp against a bound of one or a few ulps), and never above it."""
+    import torch
+
+    import impls.torch_eager as te
+    from difftest.impl_torch import expert_tensors
+
+    x, logits, w13, w2 = (np.abs(a) for a in problem(21, T=512, H=256, I=128, E=4))
+    weights = quantized_weights(w13, w2, path)[0]
+    routing = dict(method="renormalize", top_k=2)
+    exact = moe_layer(x, logits, None, weights, routing=routing, activation="swiglu", quant=path,
+                      recipe=TORCH_PATHS[path])
+    got = te.moe_layer(torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(logits), None,
+                       expert_tensors(weights, path), routing=routing, activation="swiglu", quant=path).out
+    hard, _ = bounds.bound_vs_recipe(exact, TORCH_PATHS[path])
+    diff = np.abs(got.float().numpy() - exact.out)
+    assert_within("torch out", got.float().numpy(), exact.out, hard)
+    assert np.max(diff / np.where(diff > 0, hard, 1)) >= 0.01
+
+
+@pytest.mark.parametrize("recipe", [recipes.SGLANG_TRITON_FP8_BLOCK, recipes.MONO_MOE], ids=lambda r: r.name)
+def test_hopper_bound_against_exact_sums_is_not_of_the_order_of_out(recipe):
+    """A Hopper recipe's bound against exact sums (accumulate="exact": the tensor core's truncation, measured
+    where the codes are the spec's, bounded where they may differ) stays far below |out|, and the emulated tensor
+    core stays within it."""
+    x, logits, w13, w2 = problem(21, T=32, H=512, I=384, E=4)
+    kw = dict(routing=dict(method="renormalize", top_k=2), activation="swiglu", quant="fp8_block", recipe=recipe)
+    weights = quantized_weights(w13, w2, "fp8_block")[0]
+    exact = moe_layer(x, logits, None, weights, **kw, accumulate="exact")
+    hard, _ = bounds.bound_vs_recipe(exact, recipe)
+    assert np.median(hard / np.maximum(np.abs(exact.out), 1e-30)) < 0.1
+    assert_within("emulated vs exact sums", moe_layer(x, logits, None, weights, **kw).out, exact.out, hard)
 
 
 def reversed_blocks(n, block):

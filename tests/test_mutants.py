@@ -27,7 +27,7 @@ def test_patch_must_apply_exactly_once():
 def test_catalogue_builds_and_is_documented():
     names = [m.name for m in mutants.CATALOGUE + mutants.EQUIVALENT]
     assert len(mutants.CATALOGUE) >= 20 and len(set(names)) == len(names)
-    for m in mutants.CATALOGUE + mutants.EQUIVALENT:
+    for m in mutants.CATALOGUE + mutants.EQUIVALENT + mutants.WIDTH:
         assert m.old != m.new and m.models and m.doc and m.cls in mutants.CLASSES, m.name
         assert mutants.build(m.name).name == f"mutant:{m.name}"
     assert len(SUBTLE) >= 12  # issue 21 item 8: a class of subtle numeric mutants, each to be killed
