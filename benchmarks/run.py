@@ -212,7 +212,7 @@ def run_layer(impl, quant, T):
 
 def run_hopper_layer(T):
     """The spec's DeepSeek-V3 FP8 layer under a hopper_fp8 recipe (SGLang's Triton FP8 block path), its own
-    reference: the tensor core's block sums emulated (spec.quant.hopper_block_sums). One call."""
+    reference: the tensor core's block sums emulated (spec.hopper.hopper_block_sums). One call."""
     from spec.recipes import SGLANG_TRITON_FP8_BLOCK
 
     timed, call = _spec_call("fp8_block", T, SGLANG_TRITON_FP8_BLOCK)
@@ -268,9 +268,10 @@ def shadow_rows(quant):
 
 
 def hopper_block_sums(shapes=HOPPER_SHAPES, reference=True):
-    """ns per product (CPU) of spec.quant.hopper_block_sums (best of 3) and of the reference chain of
+    """ns per product (CPU) of spec.hopper.hopper_block_sums (best of 3) and of the reference chain of
     hopper_fp8_step (one run), on e4m3 codes of every finite value, bits compared."""
-    from spec.quant import E4M3_VALUES, hopper_block_sums, hopper_block_sums_reference
+    from spec.hopper import hopper_block_sums, hopper_block_sums_reference
+    from spec.numerics import E4M3_VALUES
 
     rows = []
     for m, n, k in shapes:
@@ -319,9 +320,10 @@ def profile_campaign(examples):
     """CPU-time profile of one campaign worker's loop over every default cell of the torch implementation,
     `examples` examples each: {category: seconds} (inclusive; categories overlap where they nest) and the total."""
     from difftest import campaign as c
-    from difftest import cli
+    from difftest.case import OPS
+    from difftest.run import campaign_cells
 
-    cells = cli._cells(["torch"], list(cli.OPS), None, None)
+    cells = campaign_cells(["torch"], list(OPS), None, None)
     tmp = Path(tempfile.mkdtemp(prefix="difftest-bench-"))
     record = c.jsonl_recorder(tmp / "cases-0.jsonl")
 
@@ -416,7 +418,7 @@ def report(args, emit):
 
     if "hopper" in args.parts:
         emit("## Hopper FP8 block sums (issue 24 item 1)\n")
-        emit("`spec.quant.hopper_block_sums` (integer arithmetic on the exponent-aligned significands, vectorized "
+        emit("`spec.hopper.hopper_block_sums` (integer arithmetic on the exponent-aligned significands, vectorized "
              "over blocks and rows) against the reference chain of `hopper_fp8_step`, random e4m3 codes of every "
              "finite value, bits compared:\n")
         emit("| M×N×K | fast ns/product | reference ns/product | speed-up | bit-identical | load |\n"
@@ -614,7 +616,7 @@ CAUSES = """
 
 ## What changed for issue 24 (A/B against the tree before, same conditions, measured once while changing it)
 
-- `spec.quant.hopper_block_sums`: integer arithmetic on the exponent-aligned significands (E of every step from
+- `spec.hopper.hopper_block_sums`: integer arithmetic on the exponent-aligned significands (E of every step from
   one matrix product, terms truncated in units of 2^(E-13), the e8m13 truncation on float32 bit fields), bit for
   bit the `hopper_fp8_step` chain, which stays as the reference (tests/test_quant.py compares them on every kind
   of code, with Hypothesis, and on the regenerated operands of the 2,097,152 H200 block sums). 48 mono_moe

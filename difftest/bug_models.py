@@ -1,4 +1,5 @@
-"""Small implementations with a known bug, loadable by reference (``difftest.bug_models:NAME``), so the tester
+"""Small implementations with a known bug, loadable by their registry name (``bug:deepseek_biased_weights``,
+``bug:rsf_twice``; difftest/interface.py SELF_TEST) or by reference (``difftest.bug_models:NAME``), so the tester
 can be shown to find, shrink and record real bug classes (difftest/known_bugs.py, fixtures/README.md).
 
 Each wraps the torch implementation and changes one thing.

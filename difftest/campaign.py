@@ -8,6 +8,7 @@ costs a fresh worker: seconds once torch and a kernel library are imported), a h
 recorded at once and not shrunk (each attempt would cost the whole timeout).
 """
 
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -26,7 +27,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, 
 from hypothesis.errors import Flaky, Unsatisfiable
 
 from . import fixtures, interface, pareto_keys, strategies
-from .case import DEV_KERNELS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, CaseError
+from .case import CaseError
 from .check import run_case
 from .isolation import IsolatedRunner, pending, settle_pending
 
@@ -193,16 +194,17 @@ class CellResult(NamedTuple):
         return f"all {self.examples} examples skipped: {reasons}" + (f"; {more} more reasons" if more > 0 else "")
 
 
-def slices(op):
-    """[(label, configs strategy)]: routing per method, quant per scheme, moe per quant path, so that every
-    method / scheme / path gets its share of a campaign instead of what Hypothesis' choice order leaves it."""
-    if op == "routing":
-        return [(m, strategies.routing_configs(method=m)) for m in ROUTING_METHODS]
-    if op == "quant":
-        return [(s, strategies.quant_configs(scheme=s)) for s in QUANT_SCHEMES]
-    if op == "trtllm_ops":
-        return [(k, strategies.dev_kernel_configs(kernel=k)) for k in DEV_KERNELS]
-    return [(q, strategies.moe_configs(quant=q)) for q in QUANT_PATHS]
+def slices(op, fixed=None):
+    """[(label, configs strategy)]: routing per method, quant per scheme, moe per quant path, trtllm_ops per
+    kernel (strategies.SLICES), so that every one gets its share of a campaign instead of what Hypothesis'
+    choice order leaves it. ``fixed``: keywords of the op's configuration strategy that narrow every slice;
+    fixing the split field itself leaves one slice."""
+    fixed = dict(fixed or {})
+    keyword, values = strategies.SLICES[op]
+    configs = strategies.CONFIG_STRATEGIES[op]
+    if keyword in fixed:
+        return [(fixed[keyword], configs(**fixed))]
+    return [(v, configs(**fixed, **{keyword: v})) for v in values]
 
 
 def database(path=None, namespace="pytest", local=None):
@@ -385,9 +387,34 @@ def case_row(impl_name, case, result, recipe=None, kind=None):
     }
 
 
+class CellDatabase(ExampleDatabase):
+    """One cell's part of an example database: every key Hypothesis uses is prefixed with a digest of the cell's
+    database_key (through the public ExampleDatabase interface)."""
+
+    def __init__(self, db, cell_key):
+        super().__init__()
+        self.db, self.prefix = db, hashlib.sha384(cell_key).hexdigest().encode() + b":"
+
+    def __repr__(self):
+        return f"CellDatabase({self.db!r}, {self.prefix.decode()})"
+
+    def save(self, key, value):
+        self.db.save(self.prefix + key, value)
+
+    def fetch(self, key):
+        yield from self.db.fetch(self.prefix + key)
+
+    def delete(self, key, value):
+        self.db.delete(self.prefix + key, value)
+
+    def move(self, src, dest, value):
+        self.db.move(self.prefix + src, self.prefix + dest, value)
+
+
 def database_key(impl, op, impl_ref, configs, weight_seed=None):
-    """The Hypothesis example-database key of a cell: saved examples replay only in the same cell and against
-    the same fixed weights (keys without a weight seed are those of earlier versions)."""
+    """The key of a cell's part of the example database (CellDatabase): saved examples replay only in the same
+    cell and against the same fixed weights (a cell without a weight seed keeps the key it had before weight
+    seeds existed)."""
     key = f"{impl.name}|{op}|{impl_ref}|{configs!r}"
     return (key if weight_seed is None else f"{key}|weights {weight_seed}").encode()
 
@@ -468,17 +495,19 @@ def fuzz_cell(
             raise _Enough()
         raise Finding(result.message)
 
-    # on the inner function: Hypothesis digests that one (set on the @given wrapper it was ignored, and every
-    # cell of an implementation shared one key, replaying and then discarding each other's examples)
-    # With findings known, replaying the cell's saved failures would count them as passing, and Hypothesis would
-    # delete them from the (shared) database: a search for other failures uses a key of its own.
-    check._hypothesis_internal_add_digest = database_key(impl, op, impl_ref, configs, weight_seed) + (
+    # Every cell has its own part of the database (else the cells of an implementation would replay and then
+    # discard each other's examples). With findings known, replaying the cell's saved failures would count them
+    # as passing, and Hypothesis would delete them from the (shared) database: a search for other failures uses
+    # a part of its own.
+    cell_key = database_key(impl, op, impl_ref, configs, weight_seed) + (
         ("|known " + ";".join(sorted(map(str, known)))).encode() if known else b"")
     test = given(strategies.cases(op, configs, special=special, weight_seed=weight_seed))(check)
     if run_seed is not None:  # before the settings: @seed alone sets database=None (Hypothesis 6.1xx)
         test = hypothesis_seed(run_seed)(test)
-    if hypothesis_settings is not None:
-        test = hypothesis_settings(test)
+    if hypothesis_settings is not None or run_seed is None:
+        chosen = hypothesis_settings if hypothesis_settings is not None else settings()
+        db = None if chosen.database is None else CellDatabase(chosen.database, cell_key)
+        test = settings(chosen, database=db)(test)
     try:
         test()
     except (Finding, Flaky, _Enough):  # Flaky: a crash that did not repeat while shrinking

@@ -12,29 +12,16 @@ import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
 
+from spec.quant import FP8_BLOCK, SCALE_BLOCKS
 from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
+from spec.routing import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS  # the method table: spec.routing.METHODS
 
 OPS = ("routing", "quant", "moe", "trtllm_ops")
-ROUTING_METHODS = (
-    "default",
-    "renormalize",
-    "renormalize_naive",
-    "deepseek_v3",
-    "llama4",
-    "topk",
-    "sigmoid_renorm",
-    "sigmoid",
-    "topk_sigmoid",
-    "minimax2",
-    "deepseek_v2",
-)
 ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh", "relu2", "silu", "gelu", "identity")
 GATED_ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh")
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 QUANT_SCHEMES = ("fp8_group", "mxfp8", "nvfp4")
 SCALE_LAYOUTS = ("row", "col", "col_tma", "ue8m0_packed")
-GROUPED_METHODS = ("deepseek_v3", "deepseek_v2")
-BIASED_METHODS = ("deepseek_v3", "minimax2")  # the methods whose selection adds a correction bias
 LOGIT_DTYPES = ("fp32", "bf16", "fp16")
 BIAS_DTYPES = ("fp32", "bf16")
 QUANT_INPUT_DTYPES = ("bf16", "fp16", "fp32")
@@ -89,19 +76,37 @@ class RoutingConfig:
         """The shard's routed experts: local_num_experts, or every expert from local_expert_offset on."""
         return self.num_experts - self.local_expert_offset if self.local_num_experts is None else self.local_num_experts
 
+    def route_kwargs(self):
+        """The spec/torch route keywords of this config (everything but the tensors and the recipe)."""
+        return dict(
+            method=self.method,
+            top_k=self.top_k,
+            n_group=self.n_group,
+            topk_group=self.topk_group,
+            routed_scaling_factor=self.routed_scaling_factor,
+            renormalize=self.renormalize,
+            eps=self.eps,
+            num_fused_shared_experts=self.num_fused_shared_experts,
+            group_mask_value=self.group_mask_value,
+        )
+
 
 @dataclass(frozen=True)
 class QuantConfig:
     scheme: str  # fp8_group | mxfp8 | nvfp4
     num_tokens: int
     hidden_size: int
-    group_size: int = 128
+    group_size: int = FP8_BLOCK
     input_dtype: str = "bf16"
     variant: str = "div"
     scale_formula: str = "div448"
     scale_fmt: str = "fp32"  # fp32 | ue8m0
     layout: str = "row"
     mx_rule: str = "ocp"  # mxfp8 scale rule: ocp | ceil448
+
+
+LAYER_KEYS = ("activation", "half_order", "quant", "local_expert_offset", "local_num_experts", "rsf_placement",
+              "router_weight_on_input", "scale_fmt")  # MoEConfig fields that are moe_layer keywords as they are
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,10 @@ class MoEConfig:
     @property
     def gated(self):
         return self.activation in GATED_ACTIVATIONS
+
+    def layer_kwargs(self):
+        """The fields both moe_layer implementations take by the same keyword."""
+        return {key: getattr(self, key) for key in LAYER_KEYS}
 
 
 @dataclass(frozen=True)
@@ -229,12 +238,17 @@ def check_routing(c):
     )
 
 
+def quant_block(c):
+    """The elements of a row that share one scale in a QuantConfig's scheme (spec.quant.SCALE_BLOCKS)."""
+    return c.group_size if c.scheme == "fp8_group" else SCALE_BLOCKS[c.scheme]
+
+
 def check_quant(c):
     """Raise CaseError naming the first violated constraint of a QuantConfig."""
     _require(c.scheme in QUANT_SCHEMES, f"quant scheme {c.scheme!r} is not one of {QUANT_SCHEMES}")
     _require(c.num_tokens >= 0, f"num_tokens={c.num_tokens} must be >= 0")
     _require(c.hidden_size >= 1, f"hidden_size={c.hidden_size} must be >= 1")
-    block = {"fp8_group": c.group_size, "mxfp8": 32, "nvfp4": 16}[c.scheme]
+    block = quant_block(c)
     _require(
         block >= 1 and c.hidden_size % block == 0,
         f"hidden_size={c.hidden_size} must be a multiple of the {c.scheme} block {block}",
@@ -266,7 +280,7 @@ def check_moe(c):
     _require(c.activation in ACTIVATIONS, f"activation {c.activation!r} is not one of {ACTIVATIONS}")
     _require(c.half_order in HALF_ORDERS, f"half_order {c.half_order!r} is not gate_up|up_gate")
     _require(c.quant in QUANT_PATHS, f"quant path {c.quant!r} is not one of {QUANT_PATHS}")
-    block = {"bf16": 1, "fp8_block": 1, "mxfp8": 32, "nvfp4": 16}[c.quant]
+    block = 1 if c.quant in ("bf16", "fp8_block") else SCALE_BLOCKS[c.quant]  # fp8_block: a partial last block
     _require(
         c.hidden_size % block == 0 and c.intermediate_size % block == 0,
         f"quant {c.quant} needs hidden_size and intermediate_size multiples of {block}",

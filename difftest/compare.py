@@ -2,12 +2,10 @@
 layer outputs. Every verdict carries the largest error/bound ratio (fed to hypothesis.target) and, on failure,
 one message naming the element, both values, the bound and the ratio.
 
-Routing. δ, the uncertainty of one routing key, follows from the recipe: keys are computed in fp32 from
-exactly given logits (and the bias rounded as ``recipe.bias`` says), so δ = c·u_fp32·|key| + fp32 min normal,
-c = 1 for a correctly rounded sigmoid, bounds.C_EVAL for ``expf``, E + 2 for a softmax (exp, E-term
-sum, divide), plus u_s·|key| where the scores are stored in ``recipe.routing_scores``, plus u·|s + b| for the
-bias add in ``recipe.routing_bias_add``; raw-logit keys are exact (δ = 0). Group scores (the recipe's
-``group_score`` rule): a top-2 sum has 2δ + u·|g| (u of ``recipe.routing_group_scores``), a max δ.
+Routing. δ, the uncertainty of one routing key, follows from the recipe: keys are computed in fp32 from exactly
+given logits (and the bias rounded as ``recipe.bias`` says); spec.bounds.routing_key_delta gives the formula per key
+class, routing_group_delta the group scores' (a top-2 sum 2δ + u·|g|, a max δ). The float64 keys, scores and
+weights they bound are spec.routing's ideal evaluation (ideal_keys, ideal_scores, route(ideal=True, ids=...)).
 
 Validity (one definition, tests/test_compare_validity.py proves it against brute force): ids are valid iff
 they are a top-k of the keys under some resolution of keys within 2δ of each other, groups included: there is
@@ -30,14 +28,14 @@ import numpy as np
 from spec import bounds, permutation, trtllm_ops
 from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, as_format, round_to
+from spec.recipes import DEFAULT
 
 from . import bias, impl_spec
 
 U32 = FP32.unit_roundoff
-SOFTMAX_KEYS = spec_routing.SOFTMAX_METHODS
+SOFTMAX_KEYS = spec_routing.SOFTMAX_METHODS  # key classes: spec.routing.METHODS
 SIGMOID_KEYS = spec_routing.SIGMOID_METHODS
-RAW_KEYS = ("renormalize", "topk", "llama4", "topk_sigmoid")
-TANH_APPROX_REL = bounds.TANH_APPROX_REL  # recipe sigmoid "tanh": measured tanh.approx.f32 error
+RAW_KEYS = spec_routing.RAW_KEY_METHODS
 
 
 class Verdict(NamedTuple):
@@ -111,76 +109,39 @@ def worst(*verdicts):
     )
 
 
-# ---- routing: float64 keys, δ, ideal weights
-
-
-def _sigmoid64(x):
-    with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-x))
-
-
-def _softmax64(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+# ---- routing: the float64 ideal (spec.routing) and its error analysis (spec.bounds)
 
 
 def group_rule(config, recipe, biased):
-    """"top2_sum" or "max": the recipe's group_score resolved for this config (spec/routing.py)."""
-    rule = (recipe or impl_spec.DEFAULT).group_score
-    if rule == "method":
-        return "top2_sum" if config.method == "deepseek_v3" else "max"
-    if rule == "top2_sum_if_biased":
-        return "top2_sum" if biased else "max"
-    return rule
+    """"top2_sum" or "max": the recipe's group_score resolved for this config (spec.routing.group_rule)."""
+    return spec_routing.group_rule(config.method, (recipe or DEFAULT).group_score, biased)
 
 
-def _u(fmt):
-    """Unit roundoff of a routing arithmetic format; 0 for fp32, whose rounding δ already counts."""
-    return 0.0 if fmt == "fp32" else as_format(fmt).unit_roundoff
+def _bias_as_read(inputs, recipe):
+    """The correction bias as the recipe reads it (rounded to recipe.bias), float64; None without one."""
+    if "bias" not in inputs:
+        return None
+    b = inputs["bias"].astype(np.float64)
+    return b if recipe.bias == "fp32" else round_to(b, recipe.bias).astype(np.float64)
 
 
 def keys64(config, inputs, recipe):
-    """(keys [T, E], group scores [T, G] or None, δ [T], group δ [T]) in float64, as the method selects."""
-    x = inputs["logits"].astype(np.float64)
-    T, E = x.shape
-    method, G = config.method, config.n_group
-    used = recipe or impl_spec.DEFAULT
-    c_sigmoid = 1 if used.sigmoid == "exact" else bounds.C_EVAL
-    u_s = _u(used.routing_scores)
-    if method in RAW_KEYS:
-        keys, dkey = x, np.zeros_like(x)
-    elif method in SOFTMAX_KEYS:
-        keys = _softmax64(x)
-        dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
-        if used.exp == "ex2":  # fl(x − max) and 2^fl(z·fl(log2 e)): e^z off by 3|z|·u
-            with np.errstate(invalid="ignore"):
-                z = np.abs(x - x.max(axis=-1, keepdims=True))
-            dkey = dkey + 3 * U32 * np.where(np.isfinite(z), z, 0.0) * keys
-    else:
-        keys = _sigmoid64(x)
-        dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * keys + FP32.min_normal
-        if used.exp == "ex2" and used.sigmoid == "expf":  # spec.routing.exp_exponents: σ off by 2|x|(1 − σ)·u
-            dkey = dkey + 2 * U32 * np.where(np.isfinite(x), np.abs(x), 0.0) * (1 - keys) * keys
-        if used.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
-            dkey = (U32 + u_s) * keys + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal
-        if "bias" in inputs:
-            b = inputs["bias"].astype(np.float64)
-            if used.bias != "fp32":
-                b = round_to(b, used.bias).astype(np.float64)
-            keys = keys + b
-            dkey = dkey + max(U32, _u(used.routing_bias_add)) * np.abs(keys)
-    delta = np.where(np.isnan(dkey), 0.0, dkey).max(axis=-1, initial=0.0)  # a NaN key ranks last, exactly
+    """(keys [T, E], group scores [T, G] or None, δ [T], group δ [T]): the float64 keys the method selects on
+    (spec.routing.ideal_keys) and their uncertainties (spec.bounds.routing_key_delta, routing_group_delta)."""
+    used = recipe or DEFAULT
+    method, G, x = config.method, config.n_group, inputs["logits"]
+    if method not in spec_routing.METHODS:
+        raise ValueError(f"routing method {method!r} has no key class in spec.routing.METHODS")
+    b = _bias_as_read(inputs, used) if method in SIGMOID_KEYS else None
+    rule = group_rule(config, recipe, "bias" in inputs)
+    keys, gkeys = spec_routing.ideal_keys(x, b, method=method, n_group=G, group_score=rule)
+    key_class = spec_routing.METHODS[method].keys
+    scores = keys if b is None else spec_routing.ideal_keys(x, method=method)[0]
+    delta = bounds.routing_key_delta(x, scores, key_class, used, None if b is None else keys)
     if G == 1:
-        return keys, None, delta, np.zeros(T)
-    grouped = keys.reshape(T, G, E // G)
-    top = -np.sort(-grouped, axis=-1)
-    if group_rule(config, recipe, "bias" in inputs) == "top2_sum" and E // G > 1:
-        gkeys = top[..., 0] + top[..., 1]
-        gabs = np.where(np.isnan(gkeys), 0.0, np.abs(gkeys)).max(axis=-1)
-        gdelta = 2 * delta + max(U32, _u(used.routing_group_scores)) * gabs
-    else:
-        gkeys, gdelta = top[..., 0], delta
-    return keys, gkeys, delta, gdelta
+        return keys, None, delta, np.zeros(len(keys))
+    summed = rule == "top2_sum" and config.num_experts // G > 1
+    return keys, gkeys, delta, bounds.routing_group_delta(gkeys, delta, summed, used)
 
 
 def robust(spec, delta, gdelta):
@@ -192,17 +153,8 @@ def robust(spec, delta, gdelta):
 
 def _ideal_scores(config, inputs, ids):
     """(s [T, k] float64 scores at the routed ids before any renormalization or rsf, renormalizes?)."""
-    x = inputs["logits"].astype(np.float64)
-    method = config.method
-    take = lambda a: np.take_along_axis(a, ids, axis=-1)
-    if method == "renormalize":
-        return _softmax64(take(x)), False
-    if method == "topk":
-        return take(x), False
-    if method in ("llama4", "topk_sigmoid"):
-        return _sigmoid64(take(x)), False
-    s = take(_softmax64(x) if method in SOFTMAX_KEYS else _sigmoid64(x))
-    return s, spec_routing.renormalizes(method, config.renormalize)
+    s = spec_routing.ideal_scores(inputs["logits"], method=config.method, ids=ids)
+    return s, spec_routing.renormalizes(config.method, config.renormalize)
 
 
 # The fp32 min normal, widened by the fast-math scores' relative error near it (2^fl(t) with |t| < 150 rounded
@@ -215,7 +167,7 @@ def flushed_to_nan(config, inputs, ids, recipe):
     below the fp32 min normal, so FTZ may store each as 0 (fast-math σ = MUFU.RCP(1 + 2^t) flushes its subnormal
     result: logits in (-88.7, -87.3]) and, with eps = 0, w = 0·rcp(0) = NaN (measured on the H200: SGLang's
     moe_fused_gate, campaigns/h200/results.md "SGLang kernels (session 4, third call)")."""
-    if (recipe or impl_spec.DEFAULT).subnormals != "flush" or config.eps != 0.0:
+    if (recipe or DEFAULT).subnormals != "flush" or config.eps != 0.0:
         return np.zeros(ids.shape[0], bool)
     s, renorm = _ideal_scores(config, inputs, ids)
     return renorm & (s < FTZ_EDGE).all(axis=-1)
@@ -226,7 +178,7 @@ def shared_flushed(config, inputs, ids, recipe):
     renormalizing division, Σ(selected scores)/rsf, is below the fp32 min normal, so FTZ may store it as 0 and
     0/Σ·rsf = 0 (measured on the H200: SGLang's moe_fused_gate, as flushed_to_nan). None where the recipe's
     shared weight is the constant 1 (shared_weight "one")."""
-    r = recipe or impl_spec.DEFAULT
+    r = recipe or DEFAULT
     if r.subnormals != "flush" or r.shared_weight == "one":
         return np.zeros(ids.shape[0], bool)
     s, _ = _ideal_scores(config, inputs, ids)
@@ -235,83 +187,31 @@ def shared_flushed(config, inputs, ids, recipe):
 
 
 def ideal_weights(config, inputs, ids):
-    """float64 weights of the routed ids [T, k] by the method's formula (spec/routing.py docstrings)."""
-    rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
-    s, renorm = _ideal_scores(config, inputs, ids)
-    if renorm:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            s = s / (s.sum(axis=-1, keepdims=True) + config.eps)
-    return s * rsf
+    """float64 weights of the routed ids [T, k]: spec.routing.route(..., ideal=True, ids=ids), ungrouped (the
+    method's formula at valid ids gathers unmasked scores)."""
+    c = ungrouped(config)
+    return spec_routing.route(inputs["logits"], inputs.get("bias"), **c.route_kwargs(), ideal=True,
+                              ids=ids).weights[:, :ids.shape[1]]
 
 
 def underflow_term(config, inputs, ids, recipe):
-    """(absolute allowance [T, k], degenerate [T]) of fp32 routing weights vs the float64 ideal, for results
-    that land below the fp32 min normal, where the relative bound of bounds.routing_weights says nothing.
-
-    Model: a correctly rounded fp32 operation gives fl(v) = v(1 + δ) + η, |δ| ≤ u, |η| ≤ η₀ = 2^-150 (half the
-    subnormal spacing 2^-149), η ≠ 0 only when the result is subnormal; additions are exact there (η = 0). So:
-    * a score s̃ = s(1 + δ) + e carries |e| ≤ η_s: sigmoid "exact" one rounding, η_s = η₀; softmax exp then a
-      divide by Σ ≥ 1 (the row maximum's term is 1), η_s = 2η₀; sigmoid "expf" flushes σ(x) to 0 wherever
-      expf(−x) overflows (x < −88.72, σ < 2.9e-39), so η_s = 2^-127 (> σ(−88.72) + η₀); raw logits η_s = 0.
-    * w = s·rsf: |e|·rsf + η₀ (the multiply).
-    * w = s_i/(Σ_j s_j + eps)·rsf over k ids, D = Σ s + eps (ideal): the perturbed quotient
-      rsf·(s_i + e_i)/(D' + Σ e_j), D' ≥ D(1 − γ) the relatively perturbed sum (γ of bounds.routing_weights),
-      differs from rsf·s_i/D' by rsf·|e_i·D' − s_i·Σ e_j|/(D'·(D' + Σ e_j)) ≤ (rsf·η_s + w_i·k·η_s)/(D(1 − γ)
-      − k·η_s), the relative parts covered by γ (times 1 + γ for their cross terms); then the divide and
-      the rsf multiply add η₀ each, rsf·η₀ and η₀ (scale_then_divide: its multiply's η₀ is divided by the
-      denominator, added to the numerator term instead).
-    * the write in recipe.routing_weights: half its subnormal spacing.
-    * recipe.subnormals "flush" (CUDA FTZ): any result below the fp32 min normal may be written as 0, so η₀
-      is 2^-126 at every step instead of half the subnormal spacing.
-    * scores or renormalization in a narrower format (recipe.routing_scores, routing_renorm): that format's half
-      subnormal spacing added to η_s, and replacing η₀ for the renormalization steps.
-    Where D(1 − γ) ≤ k·η_s the fp32 denominator may be 0 (eps = 0: 0/0 = NaN) or any tiny value: the weights
-    are not bounded by the ideal at all (anything in [0, rsf], or NaN); those tokens are `degenerate` and are
-    held to the recipe at their own ids instead."""
-    recipe = recipe or impl_spec.DEFAULT
-    eta = FP32.min_subnormal / 2 if recipe.subnormals == "keep" else FP32.min_normal  # flush: below 2^-126 → 0
-    rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
-    method, k = config.method, ids.shape[1]
-    if method == "topk":
-        eta_s = 0.0
-    elif method in SOFTMAX_KEYS or method == "renormalize":
-        eta_s = 2 * eta
-    else:
-        eta_s = eta if recipe.sigmoid == "exact" else max(eta, 2.0**-127)
-    eta_s += as_format(recipe.routing_scores).min_subnormal / 2 if recipe.routing_scores != "fp32" else 0.0
-    eta = max(eta, as_format(recipe.routing_renorm).min_subnormal / 2)  # each renorm step's absolute error
-    write = as_format(recipe.routing_weights).min_subnormal / 2
+    """(absolute allowance [T, k], degenerate [T]) of fp32 routing weights vs the float64 ideal below the fp32
+    min normal: spec.bounds.routing_underflow at the ideal scores of `ids`."""
     s, renorm = _ideal_scores(config, inputs, ids)
-    T = s.shape[0]
-    if not renorm:
-        return np.full(s.shape, rsf * eta_s + eta + write), np.zeros(T, bool)
-    g = bounds.arithmetic_gamma(recipe, config.num_experts, k)
-    D = s.sum(axis=-1, keepdims=True) + config.eps
-    den = D * (1 - g) - k * eta_s
-    degenerate = ~(den[:, 0] > 0)
-    w = rsf * s / np.where(D > 0, D, 1.0)
-    numerator = rsf * eta_s + (eta if recipe.renorm_order == "scale_then_divide" else 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        term = (1 + g) * (numerator + w * k * eta_s) / den + (rsf + 1) * eta + write
-    return np.where(degenerate[:, None], np.inf, term), degenerate
+    rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
+    return bounds.routing_underflow(s, spec_routing.METHODS[config.method].scores, renorm,
+                                    recipe or DEFAULT, config.num_experts, rsf, config.eps)
 
 
 def weight_bound(config, recipe, w, vs_ideal=False, inputs=None, ids=None):
-    """spec/bounds.py routing_weights: the hard bound between two implementations of `recipe`, plus the
-    recipe's own error vs the float64 ideal when comparing with the ideal (or when no recipe is declared).
-    A "tanh" sigmoid needs the exact score sum at the weights' ids (`inputs`, `ids` [T, k])."""
-    vs_ideal, recipe = vs_ideal or recipe is None, recipe or impl_spec.DEFAULT
+    """spec.bounds.routing_weight_bound for this config: the hard bound between two implementations of `recipe`,
+    plus the recipe's own error vs the float64 ideal when comparing with the ideal (or when no recipe is
+    declared); with the weights' ids [T, k] (and `inputs`) where the bound depends on them."""
+    vs_ideal, recipe = vs_ideal or recipe is None, recipe or DEFAULT
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
-    score_sum = None
-    if recipe.sigmoid == "tanh" and ids is not None:
-        s, renorm = _ideal_scores(config, inputs, ids)
-        score_sum = s.sum(axis=-1, keepdims=True) + config.eps if renorm else None
-    exps = None if ids is None else spec_routing.softmax_exponents(inputs["logits"], config.method, ids)
-    if ids is not None and recipe.exp == "ex2":  # fast-math __expf: rounded arguments (spec.routing.exp_exponents)
-        extra = spec_routing.exp_exponents(inputs["logits"], config.method, ids, config.renormalize, recipe.sigmoid)
-        exps = exps if extra is None else extra + (0.0 if exps is None else exps)
-    e = bounds.routing_weights(w, recipe, config.num_experts, config.top_k, score_sum, rsf, softmax_exponents=exps)
-    return e.hard + e.ideal if vs_ideal else e.hard
+    at = {} if ids is None else dict(logits=inputs["logits"], method=config.method, ids=ids,
+                                     renormalize=config.renormalize, eps=config.eps)
+    return bounds.routing_weight_bound(w, recipe, config.num_experts, config.top_k, rsf, vs_ideal, **at)
 
 
 def above(a, b, tol):
@@ -550,7 +450,7 @@ def compare_routing(case, inputs, out, recipe, tag):
             sub = {**inputs, "logits": inputs["logits"][t]}
             at_own = impl_spec.route(ungrouped(c), sub, recipe, ids=own[degenerate])
             want = at_own.weights[:, :k]
-            ulp = as_format((recipe or impl_spec.DEFAULT).routing_weights).min_subnormal
+            ulp = as_format((recipe or DEFAULT).routing_weights).min_subnormal
             verdicts.append(
                 bounded_rows(
                     f"weights(degenerate near-tie tokens {t.tolist()[:4]}, vs recipe at own ids)",
@@ -574,7 +474,7 @@ def compare_routing(case, inputs, out, recipe, tag):
             own = ids[differ, :k].astype(np.int64)
             want[differ] = impl_spec.route(ungrouped(c), sub, recipe, ids=own).weights[:, k:]
         got = np.where(shared_flushed(c, inputs, ids[:, :k], recipe)[:, None] & (w[:, k:] == 0), want, w[:, k:])
-        exact = (recipe or impl_spec.DEFAULT).shared_weight == "one"  # a constant: nothing to round
+        exact = (recipe or DEFAULT).shared_weight == "one"  # a constant: nothing to round
         verdicts.append(elementwise("weights[:, shared]", got, want, 0.0 if exact else weight_bound(c, recipe, want),
                                     tag))
     if c.tile_tokens_dim is not None:
@@ -657,7 +557,7 @@ def compare_moe(case, inputs, out, recipe, tag):
     got = np.asarray(out["out"])
     if got.shape != (T, H):
         return Verdict(False, np.inf, f"out has shape {got.shape} but expected ({T}, {H}) [{tag}]")
-    used = recipe or impl_spec.DEFAULT
+    used = recipe or DEFAULT
     keep = np.ones(T, bool)
     ids, near_ties = out.get("ids"), 0
     if ids is not None:

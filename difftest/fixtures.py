@@ -209,14 +209,6 @@ def weights_digest(case):
     )
 
 
-def status_of(path):
-    """The recorded status of a fixture directory (for test collection), or None if unreadable."""
-    try:
-        return json.loads((Path(path) / "case.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def _fail(path, message):
     raise FixtureError(f"{path}: {message}")
 

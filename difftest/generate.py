@@ -16,7 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .case import CaseError
+from spec.quant import FP8_BLOCK, MX_BLOCK, NVFP4_BLOCK
+
+from .case import CaseError, quant_block
 
 SQRT3 = float(np.sqrt(3.0))  # correctly rounded by IEEE 754
 
@@ -212,8 +214,8 @@ def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"
     out = {}
     for name, (n, k) in (("w13", (N1, H)), ("w2", (H, I))):
         if quant == "fp8_block":  # gated w13: each half has its own ceil(I/128) scale rows (docs/semantics.md §3)
-            rows = 2 * -(-I // 128) if name == "w13" and N1 == 2 * I else -(-n // 128)
-            sh = (rows, -(-k // 128))
+            rows = 2 * -(-I // FP8_BLOCK) if name == "w13" and N1 == 2 * I else -(-n // FP8_BLOCK)
+            sh = (rows, -(-k // FP8_BLOCK))
             if scale_fmt == "ue8m0":  # powers of two, 2^-(6 + bits(k)/2) or half of it
                 scale = 2.0 ** -(6 + k.bit_length() // 2 + integers(seed, name + "_scale", sh, 2, e))
             else:
@@ -222,13 +224,13 @@ def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"
         elif quant == "mxfp8":
             out[name] = _fp8_codes(seed, name, (n, k), e)
             shift = 6 + k.bit_length() // 2
-            out[name + "_scale"] = (127 - shift - integers(seed, name + "_scale", (n, k // 32), 3, e)).astype(
+            out[name + "_scale"] = (127 - shift - integers(seed, name + "_scale", (n, k // MX_BLOCK), 3, e)).astype(
                 np.uint8
             )
         elif quant == "nvfp4":
             out[name] = (raw(seed, name, n * k // 2, e) & np.uint64(0xFF)).astype(np.uint8).reshape(n, k // 2)
-            sf = np.uint64(6 << 3) + (raw(seed, name + "_scale", n * k // 16, e) % np.uint64(16))
-            out[name + "_scale"] = sf.astype(np.uint8).reshape(n, k // 16)  # e4m3 codes of 0.5 .. 1.875
+            sf = np.uint64(6 << 3) + (raw(seed, name + "_scale", n * k // NVFP4_BLOCK, e) % np.uint64(16))
+            out[name + "_scale"] = sf.astype(np.uint8).reshape(n, k // NVFP4_BLOCK)  # e4m3 codes of 0.5 .. 1.875
             out[name + "_global"] = np.array(2.0**-4 / np.sqrt(float(k)), np.float32)
         else:
             raise CaseError(f"unknown quant path {quant!r}")
@@ -382,7 +384,7 @@ def inputs(case):
     if case.op == "routing":
         return _routing_inputs(case.seed, case.dist, c)
     if case.op == "quant":
-        group = {"fp8_group": c.group_size, "mxfp8": 32, "nvfp4": 16}[c.scheme]
+        group = quant_block(c)
         x = round_to_dtype(
             quant_input(case.seed, case.dist, c.num_tokens, c.hidden_size, group), c.input_dtype
         )

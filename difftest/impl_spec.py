@@ -13,13 +13,12 @@ import numpy as np
 from spec import layouts, quant, trtllm_ops
 from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, decode, encode, round_to
-from spec.recipes import Recipe
+from spec.recipes import DEFAULT
 
-from .case import CaseError
+from .case import CaseError, MoEConfig, RoutingConfig
 from .generate import weights as generated_weights
 from .interface import Impl
 
-DEFAULT = Recipe(name="spec", tie_rule="lower_index")
 LAYOUTS = {
     "row": layouts.row_major,
     "col": layouts.column_major,
@@ -58,28 +57,8 @@ def refusals(fn):
     return wrapped
 
 
-def layer_kwargs(c):
-    """The MoEConfig fields both moe_layer implementations take by the same keyword."""
-    return {key: getattr(c, key) for key in LAYER_KEYS}
-
-
-LAYER_KEYS = ("activation", "half_order", "quant", "local_expert_offset", "local_num_experts", "rsf_placement",
-              "router_weight_on_input", "scale_fmt")
-
-
-def routing_kwargs(r):
-    """The spec/torch route keywords of a RoutingConfig (everything but the tensors and the recipe)."""
-    return dict(
-        method=r.method,
-        top_k=r.top_k,
-        n_group=r.n_group,
-        topk_group=r.topk_group,
-        routed_scaling_factor=r.routed_scaling_factor,
-        renormalize=r.renormalize,
-        eps=r.eps,
-        num_fused_shared_experts=r.num_fused_shared_experts,
-        group_mask_value=r.group_mask_value,
-    )
+layer_kwargs = MoEConfig.layer_kwargs  # the keyword mappers live on the configs (difftest/case.py)
+routing_kwargs = RoutingConfig.route_kwargs
 
 
 @refusals
@@ -90,18 +69,8 @@ def route(config, inputs, recipe, ids=None):
     return spec_routing.route(
         inputs["logits"],
         inputs.get("bias"),
-        **routing_kwargs(config),
-        bias_dtype=recipe.bias,
-        sigmoid=recipe.sigmoid,
-        exp=recipe.exp,
-        weights_dtype=recipe.routing_weights,
-        renorm_order=recipe.renorm_order,
-        group_score=recipe.group_score,
-        scores_dtype=recipe.routing_scores,
-        bias_add_dtype=recipe.routing_bias_add,
-        group_scores_dtype=recipe.routing_group_scores,
-        renorm_dtype=recipe.routing_renorm,
-        shared_weight=recipe.shared_weight,
+        **config.route_kwargs(),
+        **recipe.route_options(),
         **extra,
     )
 
@@ -149,7 +118,7 @@ def layer(case, inputs, recipe, ids=None, accumulate=None):
     from spec.layer import moe_layer
 
     c = case.config
-    routing = routing_kwargs(c.routing)
+    routing = c.routing.route_kwargs()
     if recipe is None:
         routing["bias_dtype"] = c.routing.bias_dtype or "fp32"
     weights, quant = expert_weights(case, recipe)
@@ -159,7 +128,7 @@ def layer(case, inputs, recipe, ids=None, accumulate=None):
         inputs.get("bias"),
         weights,
         routing=routing,
-        **{**layer_kwargs(c), "quant": quant, "scale_fmt": c.scale_fmt if quant == c.quant else "fp32"},
+        **{**c.layer_kwargs(), "quant": quant, "scale_fmt": c.scale_fmt if quant == c.quant else "fp32"},
         recipe=recipe,
         ids=ids,
         accumulate=accumulate,

@@ -13,7 +13,6 @@ from impls.torch_eager import trtllm_ops as te_ops
 from spec.recipes import Recipe
 
 from .generate import weights as generated_weights
-from .impl_spec import layer_kwargs, routing_kwargs
 from .interface import Impl
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -82,7 +81,7 @@ def _route(case, inputs, device):
     ids, w = te.route(
         tensor(inputs["logits"], c.logits_dtype, device),
         None if bias is None else tensor(bias, c.bias_dtype, device),
-        **routing_kwargs(c),
+        **c.route_kwargs(),
         bias_dtype=r.bias,
         weights_dtype=r.routing_weights,
         renorm_order=r.renorm_order,
@@ -125,7 +124,7 @@ def _moe(case, inputs, device):
     c, r = case.config, recipe(case)
     bias = inputs.get("bias")
     routing = {
-        **routing_kwargs(c.routing),
+        **c.routing.route_kwargs(),
         "bias_dtype": r.bias,
         "weights_dtype": r.routing_weights,
         "renorm_order": r.renorm_order,
@@ -138,7 +137,7 @@ def _moe(case, inputs, device):
         expert_tensors(generated_weights(case), c.quant, device, given=c.expert_weights, gated=c.gated,
                        scale_fmt=c.scale_fmt),
         routing=routing,
-        **layer_kwargs(c),
+        **c.layer_kwargs(),
     )
     return {"out": numpy(res.out), "ids": numpy(res.ids), "weights": numpy(res.weights)}
 

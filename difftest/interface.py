@@ -14,7 +14,8 @@ An implementation is any object with these attributes (docs/interfaces.md):
 
 ``Impl`` below is the plain NamedTuple the built-ins use; plug-ins may use any object of that shape.
 Implementations are named by reference, so a fixture can name one it was found with:
-``spec`` / ``torch`` (REGISTRY keys), ``package.module:NAME`` or ``path/to/file.py:NAME``.
+``spec`` / ``torch`` (REGISTRY keys), the self-test's ``bug:K01`` / ``bug:<name>`` / ``tie_order:<name>``
+(SELF_TEST), ``package.module:NAME`` or ``path/to/file.py:NAME``.
 """
 
 import importlib
@@ -54,6 +55,10 @@ REGISTRY = {
     "torch": "difftest.impl_torch:TORCH",
     "torch-cuda": "difftest.impl_torch:TORCH_CUDA",
 }
+# The self-test's implementations by registry name, so that committed fixtures name them and not a module path:
+# ``bug:K01`` ... the known-bug models (difftest/known_bugs.py K01 ...), any other ``bug:<name>`` or
+# ``tie_order:<name>`` the implementation of that name in the kind's modules. Resolved on use.
+SELF_TEST = {"bug": ("difftest.bug_models", "difftest.known_bugs"), "tie_order": ("difftest.tie_orders",)}
 FLASHINFER_DIR = Path(__file__).resolve().parents[1] / "impls" / "flashinfer"
 SGLANG_DIR = Path(__file__).resolve().parents[1] / "impls" / "sglang"
 
@@ -167,6 +172,20 @@ def _flashinfer_version():
         return "not installed"
 
 
+def self_test_ref(ref):
+    """``module:ATTRIBUTE`` of a self-test registry name (SELF_TEST), or None when `ref` is not one: ``bug:Knn``
+    is known_bugs.Knn, any other name the module attribute whose implementation carries that name."""
+    kind, sep, rest = ref.partition(":")
+    if not sep or kind not in SELF_TEST or not rest.replace("_", "").isalnum():
+        return None
+    for module_name in SELF_TEST[kind]:
+        module = importlib.import_module(module_name)
+        for attr, obj in vars(module).items():
+            if attr == rest and attr[0] == "K" or getattr(obj, "name", None) == ref:
+                return f"{module_name}:{attr}"
+    return None
+
+
 def load(ref):
     """Resolve a registry name, ``package.module:NAME`` or ``path/file.py:NAME`` to an implementation."""
     adapters = adapter_names()
@@ -175,7 +194,7 @@ def load(ref):
             return check_protocol(from_adapter_module(importlib.import_module(adapters[ref])), ref)
         except ImportError as e:
             raise ImplError(f"cannot import {adapters[ref]}: {e}") from None
-    ref_to_load = REGISTRY.get(ref, ref)
+    ref_to_load = REGISTRY.get(ref) or self_test_ref(ref) or ref
     if ":" not in ref_to_load:
         raise ImplError(
             f"unknown implementation {ref!r}: not one of {sorted(names())} "

@@ -1,9 +1,10 @@
 """Bug models and reproduction cases for fifteen public MoE bugs, K1-K15 (each BUGS entry names its report).
 
 The buggy kernels cannot run here, so each bug gets a model: the torch implementation with the one thing the
-report names changed (a glue mistake, or a kernel-internal mechanism emulated in torch), loadable by reference
-as ``difftest.known_bugs:K01`` ... ``K15``. ``BUGS`` pairs each model with the case that triggers it (the
-report's minimal trigger, scaled down where the mechanism allows) and the public report it reproduces;
+report names changed (a glue mistake, or a kernel-internal mechanism emulated in torch), loadable by registry
+name as ``bug:K01`` ... ``bug:K15`` (what the fixtures name; difftest/interface.py SELF_TEST). ``BUGS`` pairs
+each model with the case that triggers it (the report's minimal trigger, scaled down where the mechanism
+allows) and the public report it reproduces;
 tools/make_known_bug_fixtures.py writes them as "open" fixtures: each must fail on its model and pass on every
 correct implementation.
 """

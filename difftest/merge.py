@@ -94,7 +94,7 @@ def _rows(run_dir):
 
 def merge(run_dirs, out):
     """Merge run_dirs into out (created; must not hold a run already). Returns the merged summary."""
-    from .cli import summarize
+    from .run import summarize
 
     out = Path(out)
     if rundir.cases_file(out) is not None or (out / "summary.json").exists():

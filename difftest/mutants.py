@@ -30,8 +30,8 @@ from typing import NamedTuple
 import numpy as np
 from hypothesis import settings
 
-from . import bias, campaign, generate, strategies
-from .case import DEV_KERNELS, OPS, QUANT_PATHS, QUANT_SCHEMES, ROUTING_METHODS, Case
+from . import bias, campaign, generate
+from .case import OPS, Case
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_EAGER = ROOT / "impls" / "torch_eager"
@@ -45,12 +45,6 @@ MODULE_OPS = {
 }  # the ops whose torch code path runs the module; None: identity
 FOCUS_KEYWORDS = {"routing": ("method",), "quant": ("scheme",), "moe": ("method", "activation", "quant"),
                   "trtllm_ops": ("kernel",)}
-SLICE_KEYWORDS = {
-    "routing": ("method", ROUTING_METHODS),
-    "quant": ("scheme", QUANT_SCHEMES),
-    "moe": ("quant", QUANT_PATHS),
-    "trtllm_ops": ("kernel", DEV_KERNELS),
-}  # the keyword campaign.slices splits each op by
 CHUNK = 25  # examples per Hypothesis run at most; the ops of a mutant alternate chunk by chunk
 TURN_S = 1.0  # a chunk of a slow op (the layer) is cut to about this many seconds, so it does not starve
 SECONDS_PER_EXAMPLE = {"routing": 0.01, "quant": 0.01, "moe": 0.2, "trtllm_ops": 0.01}  # until measured in the hunt
@@ -555,20 +549,10 @@ def reproducer_size(case_dict):
     return {"tokens": r.num_tokens, "experts": experts, "hidden": hidden, "input_elements": int(elements)}
 
 
-def focused(op, focus):
-    """The op's configuration strategy restricted by the focus keywords it takes; None: the full strategy."""
-    kwargs = {k: v for k, v in focus if k in FOCUS_KEYWORDS[op]}
-    return strategies.CONFIG_STRATEGIES[op](**kwargs) if kwargs else None
-
-
 def slices(op, focus=()):
     """[(label, configs strategy)] of `op`, as the CLI's campaign.slices (routing per method, quant per
     scheme, moe per quant path) within the focus: a method, scheme or path the focus fixes is one slice."""
-    kwargs = {k: v for k, v in focus if k in FOCUS_KEYWORDS[op]}
-    keyword, values = SLICE_KEYWORDS[op]
-    if keyword in kwargs:
-        return [(kwargs[keyword], strategies.CONFIG_STRATEGIES[op](**kwargs))]
-    return [(v, strategies.CONFIG_STRATEGIES[op](**kwargs, **{keyword: v})) for v in values]
+    return campaign.slices(op, {k: v for k, v in focus if k in FOCUS_KEYWORDS[op]})
 
 
 def plan(mutant):

@@ -240,11 +240,12 @@ class Pipeline:
 
 
 def main(argv=None):
-    from . import cli
+    from .case import OPS
+    from .run import campaign_cells
 
     p = argparse.ArgumentParser(prog="python -m difftest.pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", required=True, help="the device implementation (name, module:NAME or file.py:NAME)")
-    p.add_argument("--op", action="append", choices=cli.OPS, help="op (repeatable; default all it implements)")
+    p.add_argument("--op", action="append", choices=OPS, help="op (repeatable; default all it implements)")
     p.add_argument("--model", help="fuzz around a model preset (difftest/presets.py)")
     p.add_argument("--batch", type=int, default=32, help="cases per device batch (default 32)")
     p.add_argument("--verifiers", type=int, help="verifier processes (default: cores - 1)")
@@ -255,11 +256,11 @@ def main(argv=None):
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # spawned verifiers inherit it: one BLAS thread per process
     try:
-        cells = cli._cells([args.impl], args.op or list(cli.OPS), args.model)
+        cells = campaign_cells([args.impl], args.op or list(OPS), args.model)
     except interface.ImplError as e:
         sys.exit(f"difftest.pipeline: {e}")
     if not cells:
-        sys.exit(f"difftest.pipeline: {args.impl} implements none of the ops {args.op or list(cli.OPS)}")
+        sys.exit(f"difftest.pipeline: {args.impl} implements none of the ops {args.op or list(OPS)}")
     runners = campaign.Runners(args.out / "difftest-workers")
     try:
         pipe = Pipeline(args.impl, cells, args.out, batch=args.batch, verifiers=args.verifiers, seed=args.seed,

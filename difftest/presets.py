@@ -18,6 +18,10 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
+from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
+from spec.quant import SCALE_BLOCKS
+from spec.routing import METHODS
+
 from .case import CaseError, MoEConfig, QuantConfig, RoutingConfig
 from .strategies import num_tokens
 
@@ -26,165 +30,52 @@ MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MODEL_INTERMEDIATE", "128"))
 MODEL_FULL = os.environ.get("DIFFTEST_MODEL_FULL") == "1"
 MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MODEL_MAX_TOKENS", "16"))
 WEIGHT_SEED = os.environ.get("DIFFTEST_WEIGHT_SEED", "0")  # checked by weight_seed(): a usage error, not a crash
-BLOCK = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}
+BLOCK = {"bf16": 16, **SCALE_BLOCKS}  # hidden and intermediate sizes scale in multiples of these
 
 
 class Preset(NamedTuple):
     method: str
     num_experts: int
     top_k: int
-    n_group: int
-    topk_group: int
-    routed_scaling_factor: float | None
-    biased: bool
-    activation: str
-    quant: str
     hidden_size: int
     intermediate_size: int
-    router_weight_on_input: bool
     source: str
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float | None = None
+    biased: bool = False
+    activation: str = "swiglu"
+    quant: str = "bf16"
+    router_weight_on_input: bool = False
     fixed_weights: bool = False  # moe cases take their expert weights from WEIGHT_SEED, not the case seed
 
 
 HF = "https://huggingface.co/{}/blob/main/config.json"
 PRESETS = {
-    "deepseek-v3": Preset(
-        "deepseek_v3",
-        256,
-        8,
-        8,
-        4,
-        2.5,
-        True,
-        "swiglu",
-        "fp8_block",
-        7168,
-        2048,
-        False,
-        HF.format("deepseek-ai/DeepSeek-V3"),
-    ),
-    "deepseek-r1": Preset(
-        "deepseek_v3",
-        256,
-        8,
-        8,
-        4,
-        2.5,
-        True,
-        "swiglu",
-        "fp8_block",
-        7168,
-        2048,
-        False,
-        HF.format("deepseek-ai/DeepSeek-R1"),
-    ),
+    "deepseek-v3": Preset(method="deepseek_v3", num_experts=256, top_k=8, n_group=8, topk_group=4,
+        routed_scaling_factor=2.5, biased=True, quant="fp8_block", hidden_size=7168, intermediate_size=2048,
+        source=HF.format("deepseek-ai/DeepSeek-V3")),
+    "deepseek-r1": Preset(method="deepseek_v3", num_experts=256, top_k=8, n_group=8, topk_group=4,
+        routed_scaling_factor=2.5, biased=True, quant="fp8_block", hidden_size=7168, intermediate_size=2048,
+        source=HF.format("deepseek-ai/DeepSeek-R1")),
     # The MTP draft layer (num_nextn_predict_layers = 1) is unquantized BF16 (docs/semantics.md §5.5).
-    "deepseek-v3-mtp": Preset(
-        "deepseek_v3",
-        256,
-        8,
-        8,
-        4,
-        2.5,
-        True,
-        "swiglu",
-        "bf16",
-        7168,
-        2048,
-        False,
-        HF.format("deepseek-ai/DeepSeek-V3"),
-    ),
-    "glm-4.5": Preset(
-        "deepseek_v3",
-        160,
-        8,
-        1,
-        1,
-        2.5,
-        True,
-        "swiglu",
-        "bf16",
-        5120,
-        1536,
-        False,
-        HF.format("zai-org/GLM-4.5"),
-    ),
+    "deepseek-v3-mtp": Preset(method="deepseek_v3", num_experts=256, top_k=8, n_group=8, topk_group=4,
+        routed_scaling_factor=2.5, biased=True, hidden_size=7168, intermediate_size=2048,
+        source=HF.format("deepseek-ai/DeepSeek-V3")),
+    "glm-4.5": Preset(method="deepseek_v3", num_experts=160, top_k=8, routed_scaling_factor=2.5, biased=True,
+        hidden_size=5120, intermediate_size=1536, source=HF.format("zai-org/GLM-4.5")),
     # GLM-5.x: 256 experts, top-8, n_group 1, large biases (K5, difftest/known_bugs.py).
-    "glm-5": Preset(
-        "deepseek_v3",
-        256,
-        8,
-        1,
-        1,
-        2.5,
-        True,
-        "swiglu",
-        "fp8_block",
-        6144,
-        2048,
-        False,
-        HF.format("zai-org/GLM-5"),
-    ),
-    "nemotron-h": Preset(
-        "deepseek_v3",
-        128,
-        6,
-        1,
-        1,
-        2.5,
-        True,
-        "relu2",
-        "bf16",
-        2688,
-        1856,
-        False,
-        HF.format("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"),
-    ),
-    "qwen3-moe": Preset(
-        "renormalize",
-        128,
-        8,
-        1,
-        1,
-        None,
-        False,
-        "swiglu",
-        "bf16",
-        2048,
-        768,
-        False,
-        HF.format("Qwen/Qwen3-30B-A3B"),
-    ),
-    "llama-4": Preset(
-        "llama4",
-        16,
-        1,
-        1,
-        1,
-        None,
-        False,
-        "swiglu",
-        "bf16",
-        5120,
-        8192,
-        True,
-        HF.format("meta-llama/Llama-4-Scout-17B-16E"),
-    ),
-    "mixtral": Preset(
-        "renormalize",
-        8,
-        2,
-        1,
-        1,
-        None,
-        False,
-        "swiglu",
-        "bf16",
-        4096,
-        14336,
-        False,
-        HF.format("mistralai/Mixtral-8x7B-v0.1"),
-    ),
+    "glm-5": Preset(method="deepseek_v3", num_experts=256, top_k=8, routed_scaling_factor=2.5, biased=True,
+        quant="fp8_block", hidden_size=6144, intermediate_size=2048, source=HF.format("zai-org/GLM-5")),
+    "nemotron-h": Preset(method="deepseek_v3", num_experts=128, top_k=6, routed_scaling_factor=2.5, biased=True,
+        activation="relu2", hidden_size=2688, intermediate_size=1856,
+        source=HF.format("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")),
+    "qwen3-moe": Preset(method="renormalize", num_experts=128, top_k=8, hidden_size=2048, intermediate_size=768,
+        source=HF.format("Qwen/Qwen3-30B-A3B")),
+    "llama-4": Preset(method="llama4", num_experts=16, top_k=1, hidden_size=5120, intermediate_size=8192,
+        router_weight_on_input=True, source=HF.format("meta-llama/Llama-4-Scout-17B-16E")),
+    "mixtral": Preset(method="renormalize", num_experts=8, top_k=2, hidden_size=4096, intermediate_size=14336,
+        source=HF.format("mistralai/Mixtral-8x7B-v0.1")),
 }
 QUANT_SCHEME = {"fp8_block": "fp8_group", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
@@ -195,22 +86,22 @@ QUANT_SCHEME = {"fp8_block": "fp8_group", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 # Per-case spec cost is capped by the kernel's own limits: ≤ 8 tokens × top_k ≤ 8 experts, each expert's
 # weights generated on demand and cached (≈ 4 s per case for recipe + ideal on one CPU core while cold).
 MONO_MOE = "mono-moe"
-MONO_METHODS = ("renormalize", "default", "sigmoid_renorm", "sigmoid")
+MONO_METHODS = tuple(MONO_SCORING)  # the routing methods the kernel takes
 MONO_MAX_TOKENS = int(os.environ.get("DIFFTEST_MONO_MAX_TOKENS", "8"))
 PRESETS[MONO_MOE] = Preset(
-    "renormalize",  # one of MONO_METHODS, drawn per case
-    256,
-    8,  # the largest top_k; 1..8 drawn
-    1,
-    1,
-    None,
-    False,
-    "swiglu",
-    "fp8_block",
-    2048,
-    512,
-    False,
-    "https://github.com/flashinfer-ai/flashinfer (0.7.2.post1 fused_moe/monomoe.py: E=256, I=512, H=2048, T<=8)",
+    method="renormalize",  # one of MONO_METHODS, drawn per case
+    num_experts=256,
+    top_k=8,  # the largest top_k; 1..8 drawn
+    n_group=1,
+    topk_group=1,
+    routed_scaling_factor=None,
+    biased=False,
+    activation="swiglu",
+    quant="fp8_block",
+    hidden_size=2048,
+    intermediate_size=512,
+    router_weight_on_input=False,
+    source="https://github.com/flashinfer-ai/flashinfer (0.7.2.post1 fused_moe/monomoe.py: E=256, I=512, H=2048, T<=8)",
     fixed_weights=True,
 )
 
@@ -228,8 +119,9 @@ TRTLLM_GEN_TOKEN_EDGES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 409
 TRTLLM_GEN_EXPERTS = ((256, 8, 4), (256, 1, 1), (384, 1, 1), (512, 1, 1), (128, 8, 4), (160, 1, 1), (128, 1, 1),
                       (64, 4, 2), (64, 8, 4), (72, 8, 3), (32, 4, 4), (16, 1, 1), (8, 1, 1))
 PRESETS[TRTLLM_GEN_ROUTING] = Preset(
-    "deepseek_v3", 256, 8, 8, 4, 2.5, True, "swiglu", "bf16", 7168, 2048, False,
-    "https://github.com/flashinfer-ai/flashinfer (0.7.2.post1 fused_moe/trtllm_gen_routing.py: Routing::Runner)",
+    method="deepseek_v3", num_experts=256, top_k=8, n_group=8, topk_group=4, routed_scaling_factor=2.5, biased=True,
+    activation="swiglu", quant="bf16", hidden_size=7168, intermediate_size=2048, router_weight_on_input=False,
+    source="https://github.com/flashinfer-ai/flashinfer (0.7.2.post1 fused_moe/trtllm_gen_routing.py: Routing::Runner)",
 )
 
 
@@ -255,7 +147,8 @@ def _trtllm_gen_routing(draw):
     grouped = G > 1
     most = min(8, E - 1, tg * (E // G) - 1 if grouped else E)
     k = 1 if method == "llama4" else draw(st.integers(1, most), label="top_k")
-    biased = method in ("deepseek_v3", "minimax2")
+    row = METHODS[method]
+    biased = row.biased
     renorm = biased or method == "sigmoid_renorm" and draw(st.booleans(), label="renormalize")
     shared = draw(st.integers(0, 2), label="shared") if grouped else 0
     tile = draw(st.sampled_from([8, 16, 32, 64, 128]), label="tile_tokens_dim")
@@ -267,8 +160,8 @@ def _trtllm_gen_routing(draw):
         method=method, num_tokens=draw(trtllm_gen_tokens(), label="num_tokens"), num_experts=E, top_k=k,
         n_group=G, topk_group=tg,
         routed_scaling_factor=draw(st.sampled_from([None, 1.0, 2.5, 2.826]), label="rsf") if biased else None,
-        renormalize=renorm or method not in ("deepseek_v3", "sigmoid_renorm"),
-        eps=1e-20 if method in ("deepseek_v3", "minimax2", "sigmoid_renorm") else 0.0,
+        renormalize=renorm or row.normalizes != "if_renormalize",
+        eps=1e-20 if row.keys == "sigmoid" and row.normalizes != "none" else 0.0,  # its σ kernels that renormalize
         logits_dtype=draw(st.sampled_from(["fp32", "bf16"]), label="logits_dtype"),
         bias_dtype=draw(st.sampled_from([None, "fp32", "fp32", "bf16"] if G > 1 else ["fp32", "fp32", "bf16"]),
                         label="bias_dtype") if biased else None,

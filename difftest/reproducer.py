@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spec.recipes import DEFAULT
+
 from . import compare, impl_spec, interface
 from .case import CaseError
 from .check import read_only
@@ -44,7 +46,7 @@ def reference(case, inputs, recipe):
         return {"ids": (spec.ids, np.zeros(spec.ids.shape)),
                 "weights": (np.concatenate([w, spec.weights[:, k:]], axis=1),
                             np.concatenate([bound, shared], axis=1))}
-    used = recipe or impl_spec.DEFAULT
+    used = recipe or DEFAULT
     spec = impl_spec.layer(case, inputs, used)
     hard, _ = compare.bounds.bound_vs_recipe(spec, used)
     if recipe is None:
@@ -258,7 +260,7 @@ def write_script(fx, path):
     arrays.update({f"expected.{k}": np.asarray(e) for k, (e, _) in ref.items()})
     arrays.update({f"bound.{k}": np.asarray(b, np.float64) for k, (_, b) in ref.items()})
     np.savez(npz, **arrays)
-    impl_ref = fx.impl_ref
+    impl_ref = interface.self_test_ref(fx.impl_ref) or fx.impl_ref  # the script imports module:NAME itself
     where, _, name = impl_ref.rpartition(":")
     if where.endswith(".py"):  # a file reference: as seen from the script's directory
         target = (Path.cwd() / where).resolve() if not Path(where).is_absolute() else Path(where)

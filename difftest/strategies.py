@@ -43,7 +43,7 @@ from .case import (
     QuantConfig,
     RoutingConfig,
 )
-from .generate import DEV_DISTS, QUANT_DISTS, ROUTING_DISTS
+from .generate import DISTS
 
 MAX_TOKENS = int(os.environ.get("DIFFTEST_MAX_TOKENS", "40"))
 MAX_EXPERTS = int(os.environ.get("DIFFTEST_MAX_EXPERTS", "64"))
@@ -290,7 +290,9 @@ def _sizes_of(step, top):
 
 CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": moe_configs,
                      "trtllm_ops": dev_kernel_configs}
-DIST_NAMES = {"routing": ROUTING_DISTS, "quant": QUANT_DISTS, "moe": ROUTING_DISTS, "trtllm_ops": DEV_DISTS}
+# The field each op's campaign is split by, and its values: every one gets its share of a campaign (campaign.slices)
+SLICES = {"routing": ("method", ROUTING_METHODS), "quant": ("scheme", QUANT_SCHEMES), "moe": ("quant", QUANT_PATHS),
+          "trtllm_ops": ("kernel", DEV_KERNELS)}
 SPECIAL_DISTS = ("nonfinite",)  # NaN/Inf inputs are their own checks, drawn only on request
 
 
@@ -301,7 +303,7 @@ def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config
     with fixed_weights), None takes them from each case's seed."""
     op = op or draw(_sampled("routing", "quant", "moe", "trtllm_ops"), label="op")
     config = draw(configs if configs is not None else CONFIG_STRATEGIES[op](**config_kwargs), label="config")
-    names = [d for d in DIST_NAMES[op] if special or d not in SPECIAL_DISTS]
+    names = [d for d in DISTS[op] if special or d not in SPECIAL_DISTS]
     dist = draw(_sampled(*names), label="dist")
     return Case(op, config, dist, draw(seeds(), label="seed"), weight_seed if op == "moe" else None)
 

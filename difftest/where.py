@@ -40,7 +40,6 @@ from .case import (
 )
 
 ALIASES = {"E": "num_experts", "T": "num_tokens", "k": "top_k"}
-SLICE_FIELD = {"routing": "method", "quant": "scheme", "moe": "quant", "trtllm_ops": "kernel"}
 MOE_STRATEGY_FIELDS = ("method", "activation")  # arguments of strategies.moe_configs
 CHOICES = {"kernel": DEV_KERNELS, "method": ROUTING_METHODS, "activation": ACTIVATIONS, "quant": QUANT_PATHS,
            "scheme": QUANT_SCHEMES,
@@ -231,7 +230,7 @@ def slices(op, where, base):
         return []
     if base is not None:
         return [("model", restrict(base, op, where))]
-    key = SLICE_FIELD[op]
+    key = strategies.SLICES[op][0]
     out = []
     for label, configs in _slices(op):
         if key in where and not where[key].allows(label):

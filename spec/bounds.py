@@ -31,8 +31,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import routing
+from .hopper import HOPPER_CHUNK
 from .numerics import FP32, FP64, as_format, round_to
-from .quant import HOPPER_CHUNK
 
 # tanh.approx.f32 (MUFU.TANH, what tanhf becomes under -use_fast_math): the largest relative error against the
 # true tanh over every finite fp32 input is 1.11261e-5 = 2^-16.46, measured exhaustively on an H200 (sm_90a;
@@ -78,7 +79,7 @@ def accumulation(n, acc, fp8_operands, block=HOPPER_BLOCK):
     order. fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). hopper_fp8
     (FP8 operands only, else fp32): γ_b(2^-13) inside each K block of b = `block` (128; 64 for mono_moe's 1×64
     intermediate) + γ_{n/b+2}(2^-24) across blocks. The spec's own float64 sum adds γ_{n+2}(2^-53).
-    γ_b(2^-13) covers quant.hopper_fp8_step: per step of 32 products every term loses < 2^(E-13) ≤ 2^-13·|term|
+    γ_b(2^-13) covers hopper.hopper_fp8_step: per step of 32 products every term loses < 2^(E-13) ≤ 2^-13·|term|
     or less than the largest term's share, and the sum < 2^-13 of itself."""
     own = gamma(n + 2, U64)
     if acc == "hopper_fp8" and fp8_operands:
@@ -118,7 +119,7 @@ def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None, 
     directed [M, N] (directed_products; None: not known): a tighter hard bound on |(a' − a)·Wᵀ| than δ·|W|ᵀ, from
     operand errors known to lie in [lo, hi] with a sign each.
 
-    moved [M, N] bool (hopper_fp8 emulated by quant.hopper_fp8_step, bit-exact on the device; None otherwise):
+    moved [M, N] bool (hopper_fp8 emulated by hopper.hopper_fp8_step, bit-exact on the device; None otherwise):
     where False, an implementation of the recipe sums each K block over the spec's very codes, exactly as the
     spec does, and only the fp32 promotion across blocks may differ: γ_{n/b+2}(2^-24). Where True (some code
     may differ), its block sums and the spec's each lie within γ_b(2^-13) of the exact ones: twice that. The
@@ -155,7 +156,7 @@ HOPPER_TOP_ELEMENTS = 1 << 22  # products held at once while hopper_truncation t
 
 def hopper_truncation(a, w, flips, block=HOPPER_BLOCK):
     """[M, N, K/block] bound on |B_b(a') − Σ_{k in b} a'_k·w_k| for every a' with |a' − a| ≤ flips, B_b the
-    tensor core's sum of K block b (quant.hopper_fp8_step, a chain of steps of HOPPER_CHUNK = 32 products from 0).
+    tensor core's sum of K block b (hopper.hopper_fp8_step, a chain of steps of HOPPER_CHUNK = 32 products from 0).
     a [M, K], w [N, K] e4m3 code values (unscaled, float64), flips [M, K] >= 0 in the same units.
 
     One step adds 32 products p to the accumulator c. With E the largest exponent among the nonzero products
@@ -492,6 +493,129 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
         hard[:, :k] = rounded(np.asarray(unrounded, np.float64), np.asarray(w, np.float64)[:, :k], e,
                               recipe.routing_weights).hard
     return Err(hard, hard, ideal)
+
+
+# ---- routing vs the float64 ideal (spec.routing's ideal_keys / ideal_scores / route(ideal=True)); difftest/compare.py
+# applies these to an implementation's keys and weights
+
+
+def _u_routing(fmt):
+    """Unit roundoff of a routing arithmetic format; 0 for fp32, whose rounding the fp32 terms already count."""
+    return 0.0 if fmt == "fp32" else as_format(fmt).unit_roundoff
+
+
+def routing_key_delta(logits, scores, key_class, recipe, biased_keys=None):
+    """δ [T], the uncertainty of one routing key per token: every key an implementation of `recipe` computes
+    in fp32 from the exactly given logits [T, E] is within δ of the float64 ideal key (spec.routing.ideal_keys).
+    `scores` the ideal softmax / σ [T, E] of key class `key_class` (spec.routing.KEY_CLASSES), `biased_keys`
+    σ + b where a bias is added (the bias as recipe.bias reads it). Per key: raw logits exact (0); a sigmoid
+    c·u·|s| + fp32 min normal, c = 1 correctly rounded, C_EVAL for expf, plus 2|x|(1 − σ)·u·σ for fast-math
+    __expf (exp="ex2"; spec.routing.exp_exponents), or (u + u_s)·σ + 0.5·TANH_APPROX_REL·|tanh(x/2)| + min normal
+    for tanh.approx; a softmax (E + 2)·u·(1 + u_s) + u_s relatively (exp, E-term sum, divide) plus 3|x − max|·u
+    for exp="ex2"; u_s·|key| more where the scores are stored in recipe.routing_scores; a bias add
+    max(u, u_b)·|s + b| (recipe.routing_bias_add). δ is the largest over the token's experts (a NaN key ranks
+    last, exactly: 0)."""
+    x = np.asarray(logits, np.float64)
+    E = x.shape[1]
+    c_sigmoid = 1 if recipe.sigmoid == "exact" else C_EVAL
+    u_s = _u_routing(recipe.routing_scores)
+    if key_class == "raw":
+        dkey = np.zeros_like(x)
+    elif key_class == "softmax":
+        dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * scores + FP32.min_normal
+        if recipe.exp == "ex2":  # fl(x − max) and 2^fl(z·fl(log2 e)): e^z off by 3|z|·u
+            with np.errstate(invalid="ignore"):
+                z = np.abs(x - x.max(axis=-1, keepdims=True))
+            dkey = dkey + 3 * U32 * np.where(np.isfinite(z), z, 0.0) * scores
+    elif key_class == "sigmoid":
+        dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * scores + FP32.min_normal
+        if recipe.exp == "ex2" and recipe.sigmoid == "expf":  # spec.routing.exp_exponents: σ off by 2|x|(1 − σ)·u
+            dkey = dkey + 2 * U32 * np.where(np.isfinite(x), np.abs(x), 0.0) * (1 - scores) * scores
+        if recipe.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
+            dkey = (U32 + u_s) * scores + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal
+        if biased_keys is not None:
+            dkey = dkey + max(U32, _u_routing(recipe.routing_bias_add)) * np.abs(biased_keys)
+    else:
+        raise ValueError(f"key_class={key_class!r} is not one of {routing.KEY_CLASSES}")
+    return np.where(np.isnan(dkey), 0.0, dkey).max(axis=-1, initial=0.0)
+
+
+def routing_group_delta(group_keys, delta, summed, recipe):
+    """gδ [T], the uncertainty of one group score: a group's max key δ; a top-2 sum (`summed`) 2δ + one
+    rounding of the sum, max(u, u_g)·|g| (recipe.routing_group_scores) at the token's largest |g|."""
+    if not summed:
+        return delta
+    gabs = np.where(np.isnan(group_keys), 0.0, np.abs(group_keys)).max(axis=-1)
+    return 2 * delta + max(U32, _u_routing(recipe.routing_group_scores)) * gabs
+
+
+def routing_underflow(scores, score_kind, renormalized, recipe, num_experts, rsf=1.0, eps=0.0):
+    """(absolute allowance [T, k], degenerate [T]) of fp32 routing weights vs the float64 ideal, for results
+    that land below the fp32 min normal, where the relative bound of routing_weights says nothing. `scores`
+    [T, k] the ideal selected scores (spec.routing.ideal_scores) of kind `score_kind` (spec.routing.SCORES),
+    `renormalized` whether they are divided by their sum (+ eps).
+
+    Model: a correctly rounded fp32 operation gives fl(v) = v(1 + δ) + η, |δ| ≤ u, |η| ≤ η₀ = 2^-150 (half the
+    subnormal spacing 2^-149), η ≠ 0 only when the result is subnormal; additions are exact there (η = 0). So:
+    * a score s̃ = s(1 + δ) + e carries |e| ≤ η_s: sigmoid "exact" one rounding, η_s = η₀; softmax exp then a
+      divide by Σ ≥ 1 (the row maximum's term is 1), η_s = 2η₀; sigmoid "expf" flushes σ(x) to 0 wherever
+      expf(−x) overflows (x < −88.72, σ < 2.9e-39), so η_s = 2^-127 (> σ(−88.72) + η₀); raw logits η_s = 0.
+    * w = s·rsf: |e|·rsf + η₀ (the multiply).
+    * w = s_i/(Σ_j s_j + eps)·rsf over k ids, D = Σ s + eps (ideal): the perturbed quotient
+      rsf·(s_i + e_i)/(D' + Σ e_j), D' ≥ D(1 − γ) the relatively perturbed sum (γ of routing_weights),
+      differs from rsf·s_i/D' by rsf·|e_i·D' − s_i·Σ e_j|/(D'·(D' + Σ e_j)) ≤ (rsf·η_s + w_i·k·η_s)/(D(1 − γ)
+      − k·η_s), the relative parts covered by γ (times 1 + γ for their cross terms); then the divide and
+      the rsf multiply add η₀ each, rsf·η₀ and η₀ (scale_then_divide: its multiply's η₀ is divided by the
+      denominator, added to the numerator term instead).
+    * the write in recipe.routing_weights: half its subnormal spacing.
+    * recipe.subnormals "flush" (CUDA FTZ): any result below the fp32 min normal may be written as 0, so η₀
+      is 2^-126 at every step instead of half the subnormal spacing.
+    * scores or renormalization in a narrower format (recipe.routing_scores, routing_renorm): that format's half
+      subnormal spacing added to η_s, and replacing η₀ for the renormalization steps.
+    Where D(1 − γ) ≤ k·η_s the fp32 denominator may be 0 (eps = 0: 0/0 = NaN) or any tiny value: the weights
+    are not bounded by the ideal at all (anything in [0, rsf], or NaN); those tokens are `degenerate` and are
+    held to the recipe at their own ids instead."""
+    eta = FP32.min_subnormal / 2 if recipe.subnormals == "keep" else FP32.min_normal  # flush: below 2^-126 → 0
+    k = scores.shape[1]
+    if score_kind == "raw":
+        eta_s = 0.0
+    elif score_kind in ("softmax", "softmax_of_selected"):
+        eta_s = 2 * eta
+    else:
+        eta_s = eta if recipe.sigmoid == "exact" else max(eta, 2.0**-127)
+    eta_s += as_format(recipe.routing_scores).min_subnormal / 2 if recipe.routing_scores != "fp32" else 0.0
+    eta = max(eta, as_format(recipe.routing_renorm).min_subnormal / 2)  # each renorm step's absolute error
+    write = as_format(recipe.routing_weights).min_subnormal / 2
+    T = scores.shape[0]
+    if not renormalized:
+        return np.full(scores.shape, rsf * eta_s + eta + write), np.zeros(T, bool)
+    g = arithmetic_gamma(recipe, num_experts, k)
+    D = scores.sum(axis=-1, keepdims=True) + eps
+    den = D * (1 - g) - k * eta_s
+    degenerate = ~(den[:, 0] > 0)
+    w = rsf * scores / np.where(D > 0, D, 1.0)
+    numerator = rsf * eta_s + (eta if recipe.renorm_order == "scale_then_divide" else 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        term = (1 + g) * (numerator + w * k * eta_s) / den + (rsf + 1) * eta + write
+    return np.where(degenerate[:, None], np.inf, term), degenerate
+
+
+def routing_weight_bound(w, recipe, num_experts, top_k, rsf=1.0, vs_ideal=False, logits=None, method=None,
+                         ids=None, renormalize=True, eps=0.0):
+    """routing_weights' bound on weights w of `recipe`: hard (between two implementations), plus the recipe's own
+    error vs the float64 ideal when `vs_ideal`. With the routed `ids` [T, k] (and `logits`, `method`,
+    `renormalize`, `eps`): the softmax's and fast-math exponentials' rounded arguments
+    (spec.routing.softmax_exponents, exp_exponents) and, for a "tanh" sigmoid, the exact score sum at the ids."""
+    score_sum = exps = None
+    if ids is not None:
+        if recipe.sigmoid == "tanh" and routing.renormalizes(method, renormalize):
+            score_sum = routing.ideal_scores(logits, method=method, ids=ids).sum(axis=-1, keepdims=True) + eps
+        exps = routing.softmax_exponents(logits, method, ids)
+        if recipe.exp == "ex2":  # fast-math __expf: rounded arguments (spec.routing.exp_exponents)
+            extra = routing.exp_exponents(logits, method, ids, renormalize, recipe.sigmoid)
+            exps = exps if extra is None else extra + (0.0 if exps is None else exps)
+    e = routing_weights(w, recipe, num_experts, top_k, score_sum, rsf, softmax_exponents=exps)
+    return e.hard + e.ideal if vs_ideal else e.hard
 
 
 def bound_vs_recipe(result, recipe):

@@ -2,7 +2,7 @@
 
 Semantics: docs/semantics.md §3-§5. Two modes. ``recipe=None`` is the float64 ideal:
 the given inputs (bf16 hidden values, weight codes × scales) in exact float64 arithmetic, with no activation
-quantization and no rounding anywhere; it is the IDEAL recipe below, every rounding an identity. A ``Recipe``
+quantization and no rounding anywhere; it is spec.recipes.IDEAL, every rounding an identity. A ``Recipe``
 gives the recipe-exact result: activations quantized by the declared quantizer, GEMMs summed exactly, and one
 ``round_to`` at each recipe field. Next to every value runs its error shadow (spec/bounds.py), so the result
 carries the bounds of bound_vs_recipe and bound_vs_ideal.
@@ -16,53 +16,39 @@ from typing import NamedTuple
 import numpy as np
 
 from . import bounds
-from .bounds import Err, Quantized
+from .bounds import Err
+from .hopper import hopper_block_sums
 from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
-from .numerics import E2M1, E4M3FN, E8M0, decode, round_to
+from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, decode_pairs, pair_table, round_to
 from .quant import (
-    E4M3_VALUES,
+    APPROX_DIVIDE,
+    FP8_BLOCK,
     MX_BLOCK,
     NVFP4_BLOCK,
     block_scaled_gemm,
-    decode_pairs,
-    hopper_block_sums,
-    mx_scale,
+    block_scales,
     mxfp8_quant,
     nvfp4_global_scale,
     nvfp4_quant,
-    pair_table,
-    per_token_group_quant_fp8,
+    quantize,
+    rcp_exact,
+    unpack_nibbles,
     w13_block_quant,
     weight_block_quant,
 )
-from .recipes import Recipe
-from .routing import SIGMOID_METHODS, expert_parallel_ids, renormalizes, route, softmax_exponents
+from .recipes import IDEAL, Recipe
+from .routing import SIGMOID_METHODS, expert_parallel_ids, ideal_scores, renormalizes, route, softmax_exponents
 
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
 SCALE_FMTS = ("fp32", "ue8m0")  # fp8_block activation / intermediate scales (quant.per_token_group_quant_fp8)
 ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_blocked", "hopper_fp8")
 BLOCKED = ("fp32_blocked", "hopper_fp8")  # accumulations emulated on FP8 codes by block_scaled_gemm
-FP8_BLOCK = 128
 SLAB = 16  # weight rows decoded at a time (divides FP8_BLOCK): a [16, 7168] float64 slab (0.9 MiB) stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
 E4M3_ABS_FLOAT64 = np.abs(E4M3_FLOAT64)
 E4M3_FLOAT64_PAIRS, E4M3_ABS_FLOAT64_PAIRS = pair_table(E4M3_FLOAT64), pair_table(E4M3_ABS_FLOAT64)
-QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
-APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
 
-IDEAL = Recipe(
-    name="ideal",
-    logits="fp64",
-    gemm_acc="fp64",
-    gemm1_out="fp64",
-    act_compute="fp64",
-    act_out="fp64",
-    requant_intermediate=False,
-    expert_out="fp64",
-    combine="fp64",
-    out="fp64",
-)
 
 
 class StackedWeights(NamedTuple):
@@ -161,15 +147,6 @@ def _gemm(a, w, accumulate, block=FP8_BLOCK):
     return np.cumsum(products, axis=-1, dtype=np.float32)[..., -1].astype(np.float64)
 
 
-def _block_scales(scales, width, cols_per_scale):
-    """Dequant multiplier of each column: scales [R, ceil(width/cols_per_scale)] -> float64 [R, width]."""
-    return np.repeat(np.asarray(scales, np.float64), cols_per_scale, 1)[:, :width]
-
-
-def _nibbles(packed):
-    return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
-
-
 def _parts(wd, name, quant, gated):
     """(first row, end row, first block-scale row) of each part of weight `name` with its own block-scale rows:
     the whole weight, or the two halves of a gated w13, which each have ceil(I/128) block-scale rows
@@ -212,13 +189,13 @@ def _weight(wd, name, quant, rows, scale_rows, magnitude=False):
         table, pairs = (E4M3_ABS_FLOAT64, E4M3_ABS_FLOAT64_PAIRS) if magnitude else (E4M3_FLOAT64, E4M3_FLOAT64_PAIRS)
         even = w.shape[1] % 2 == 0  # two codes per gather
         values = decode_pairs(pairs, np.ascontiguousarray(w).view(np.uint16)) if even else np.take(table, w)
-        values *= _block_scales(s, w.shape[1], FP8_BLOCK)
+        values *= block_scales(s, w.shape[1], FP8_BLOCK)
         return Operand(values, (w, s))
     s = s[rows]
     if quant == "mxfp8":
-        return Operand(E4M3_VALUES[w] * _block_scales(decode(s, E8M0), w.shape[1], MX_BLOCK), None)
-    sf = _block_scales(decode(s, E4M3FN), 2 * w.shape[1], NVFP4_BLOCK)
-    return Operand(decode(_nibbles(w), E2M1) * sf / np.float64(wd[name + "_global"]), None)
+        return Operand(E4M3_VALUES[w] * block_scales(decode(s, E8M0), w.shape[1], MX_BLOCK), None)
+    sf = block_scales(decode(s, E4M3FN), 2 * w.shape[1], NVFP4_BLOCK)
+    return Operand(decode(unpack_nibbles(w), E2M1) * sf / np.float64(wd[name + "_global"]), None)
 
 
 def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK, reach=None):
@@ -303,61 +280,6 @@ def _hopper_term(x, w, block, emulated):
     return np.einsum("mnb,mb->mn", np.where(flipped, eps, known), scale)
 
 
-def _nvfp4_rows(x):
-    """NVFP4 per token: each row its own global scale gs = 448·6/max(amax(row), 1e-10)."""
-    values, scale = np.zeros(x.shape), np.zeros(x.shape)
-    for t, row in enumerate(x):
-        gs = nvfp4_global_scale(row)
-        packed, sf = nvfp4_quant(row[None], gs)
-        scale[t] = np.repeat(decode(sf[0], E4M3FN).astype(np.float64), NVFP4_BLOCK) / np.float64(gs)
-        values[t] = decode(_nibbles(packed)[0], E2M1) * scale[t]
-    return values, scale
-
-
-def _rcp_exact(x, group):
-    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor: quant.hopper_rcp
-    then reproduces the device's reciprocal exactly (inputs of bf16 values, whose maxima are bf16 values)."""
-    x = np.abs(np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf))
-    amax = x.reshape(x.shape[0], -1, group).max(axis=-1)
-    return bool(np.all((amax == 0) | ((amax >= QUANT_EPS) & (round_to(amax, "bf16") == amax))))
-
-
-def quant_448_div_amax(x, group):
-    """mono_moe's quantizer per (row, `group` columns): NaN → 0, then per_token_group_quant_fp8 with variant
-    "mul_448_div_amax" (amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)), q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))),
-    rcp the device's reciprocal: quant.hopper_rcp, exact for bf16 amax, i.e. the input quantizer; within ±1 ulp
-    otherwise, which the bounds cover). [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
-    x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
-    return per_token_group_quant_fp8(x, group, eps=QUANT_EPS, variant="mul_448_div_amax", scale_formula="mul_rcp448")
-
-
-def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK, scale_fmt="fp32"):
-    """Activation quantization of x [M, K] on a quant path: fp8_block 1×`group` (per_token_group_quant_fp8 with
-    `variant`, `scale_formula`, `scale_fmt`, or quant_448_div_amax), mxfp8 (recipe.mx_rule), nvfp4 (per-token
-    global scale). -> Quantized (a ue8m0 scale moves in powers of two: not linear in amax)."""
-    x = np.asarray(x, np.float32)
-    if quant == "fp8_block":
-        if variant == "mul_448_div_amax":
-            if scale_fmt != "fp32":
-                raise ValueError(f"the mul_448_div_amax quantizer (mono_moe) has no {scale_fmt} scales")
-            q, s = quant_448_div_amax(x, group)
-        else:
-            q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula,
-                                             scale_fmt=scale_fmt)
-        scale = _block_scales(s, x.shape[1], group)
-        return Quantized(
-            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, scale_fmt == "fp32", (q, s)
-        )
-    if quant == "mxfp8":
-        q, e8 = mxfp8_quant(x, rule=recipe.mx_rule)
-        scale = _block_scales(decode(e8, E8M0), x.shape[1], MX_BLOCK)
-        u = E4M3FN.unit_roundoff * (2 if recipe.mx_rule == "ocp" else 1)  # ocp: x/X < 512 saturates at 448
-        scale_of = lambda amax: decode(mx_scale(amax, recipe.mx_rule), E8M0).astype(np.float64)
-        return Quantized(E4M3_VALUES[q] * scale, scale, "e4m3fn", (MX_BLOCK,), u, False, None, scale_of)
-    values, scale = _nvfp4_rows(x)
-    return Quantized(values, scale, "e2m1", (NVFP4_BLOCK, x.shape[1]), E2M1.unit_roundoff, False, None)
-
-
 def _split(e, half_order):
     if not e:
         return e, e
@@ -369,6 +291,14 @@ def _rows(e, t):
     return e and Err(*(x[t] for x in e))
 
 
+def _stored(v, e, fmt, R, exact=False):
+    """A rounding point of the recipe: v stored in fmt, and its error shadow e carried through the store
+    (bounds.rounded; any result below fmt's min normal may be 0 under R.subnormals "flush"; exact: v is itself a
+    stored value). e falsy: none."""
+    r = round_to(v, fmt)
+    return r, e and bounds.rounded(v, r, e, fmt, R.subnormals == "flush", exact=exact)
+
+
 def _expert(x, ex, wt, ew, wd, c):
     """One expert on its tokens: x Operand rows [n, H] (error ex), router weights wt [n, 1] (error ew).
     -> (contribution to the combine sum [n, H], its Err, possible requant flips [n])."""
@@ -376,32 +306,22 @@ def _expert(x, ex, wt, ew, wd, c):
     h, eh = _weight_gemm(x, ex, wd, "w13", c, gated)
     if c.router_weight_on_input:  # on GEMM1's fp32 accumulator, = (x·w)·W13 (docs/semantics.md §4.4)
         h, eh = h * wt, eh and bounds.product(h, wt, eh, ew, bounds.U32)
-    h1 = round_to(h, R.gemm1_out)
-    e1 = eh and bounds.rounded(h, h1, eh, R.gemm1_out, R.subnormals == "flush")
+    h1, e1 = _stored(h, eh, R.gemm1_out, R)
     f = NONLINEARITY[c.activation]
     if gated:
         (g, up), (eg, eup) = split_halves(h1, c.half_order), _split(e1, c.half_order)
     else:
         g, up, eg = h1, None, e1
     fg = f(g)
-    a = round_to(fg, R.act_compute)
-    ea = eg and bounds.rounded(fg, a, bounds.nonlinear(f.__name__, g, fg, eg), R.act_compute,
-                               R.subnormals == "flush")
+    a, ea = _stored(fg, eg and bounds.nonlinear(f.__name__, g, fg, eg), R.act_compute, R)
     if gated:
-        p = a * up
-        ep = ea and bounds.product(a, up, ea, eup)
-        a = round_to(p, R.act_compute)
-        ea = ep and bounds.rounded(p, a, ep, R.act_compute, R.subnormals == "flush")
-    flush = R.subnormals == "flush"
-    a2 = round_to(a, R.act_out)  # a is a stored act_compute value: exact
-    ea2 = ea and bounds.rounded(a, a2, ea, R.act_out, flush, exact=True)
+        a, ea = _stored(a * up, ea and bounds.product(a, up, ea, eup), R.act_compute, R)
+    a2, ea2 = _stored(a, ea, R.act_out, R, exact=True)  # a is a stored act_compute value: exact
     last = (a, a2, ea)  # the intermediate's last rounding: GEMM2's operand error is its directed reach
     weighted_early = not c.router_weight_on_input and R.router_weight_at == "before_requant"
     if weighted_early:  # mono_moe: w·act in fp32, then the re-quantization sees the weighted value
-        p = a2 * wt
-        ep = ea2 and bounds.product(a2, wt, ea2, ew, bounds.U32)
-        a2 = round_to(p, R.act_out)
-        ea2 = ep and bounds.rounded(p, a2, ep, R.act_out, flush)
+        p, ep = a2 * wt, ea2 and bounds.product(a2, wt, ea2, ew, bounds.U32)
+        a2, ea2 = _stored(p, ep, R.act_out, R)
         last = (p, a2, ep)
     flips = np.zeros(len(a2), int)
     group = FP8_BLOCK
@@ -416,13 +336,12 @@ def _expert(x, ex, wt, ew, wd, c):
         flips = np.count_nonzero(changed, axis=-1) if ea2 else flips
     else:
         op, ev = Operand(np.asarray(a2, np.float64), None), ea2
-        reach = ea2 and bounds.rounded_reach(*last, R.act_out, flush, exact=not weighted_early)
+        reach = ea2 and bounds.rounded_reach(*last, R.act_out, R.subnormals == "flush", exact=not weighted_early)
     y, ey = _weight_gemm(op, ev, wd, "w2", c, block=group, reach=reach)
     weighted_in_gemm2 = not c.router_weight_on_input and R.router_weight_at == "gemm2"
     if weighted_in_gemm2:  # the fp32 accumulator times the router weight, then the expert_out write
         y, ey = y * wt, ey and bounds.product(y, wt, ey, ew, bounds.U32)
-    ye = round_to(y, R.expert_out)
-    eye = ey and bounds.rounded(y, ye, ey, R.expert_out, R.subnormals == "flush")
+    ye, eye = _stored(y, ey, R.expert_out, R)
     if weighted_in_gemm2 or weighted_early or c.router_weight_on_input:
         return ye.astype(np.float64), eye, flips
     return ye * wt, eye and bounds.product(ye, wt, eye, ew), flips
@@ -453,20 +372,8 @@ def _route(logits, bias, routing, rsf_placement, recipe, ids):
         r = route(
             round_to(logits, recipe.logits),
             bias,
-            **{
-                **options,
-                "bias_dtype": recipe.bias,
-                "sigmoid": recipe.sigmoid,
-                "exp": recipe.exp,
-                "weights_dtype": recipe.routing_weights,
-                "renorm_order": recipe.renorm_order,
-                "group_score": recipe.group_score,
-                "scores_dtype": recipe.routing_scores,
-                "bias_add_dtype": recipe.routing_bias_add,
-                "group_scores_dtype": recipe.routing_group_scores,
-                "renorm_dtype": recipe.routing_renorm,
-                "shared_weight": recipe.shared_weight,
-            },
+            **options,
+            **recipe.route_options(),
         )
     k = options["top_k"]
     if rsf_placement == "combine" and rsf is not None and r.ids.shape[1] > k:
@@ -491,10 +398,7 @@ def _tanh_score_sum(logits, routing, ids, R):
     renormalized = method in SIGMOID_METHODS and renormalizes(method, routing.get("renormalize", True))
     if R.sigmoid != "tanh" or not renormalized:
         return None
-    x = np.take_along_axis(np.asarray(logits, np.float64), np.asarray(ids, np.int64), axis=1)
-    with np.errstate(over="ignore"):
-        s = 1.0 / (1.0 + np.exp(-x))
-    return s.sum(axis=1, keepdims=True) + routing.get("eps", 0.0)
+    return ideal_scores(logits, method=method, ids=ids).sum(axis=1, keepdims=True) + routing.get("eps", 0.0)
 
 
 def moe_layer(
@@ -557,7 +461,7 @@ def moe_layer(
         raise ValueError(f"scale_fmt={scale_fmt!r} needs quant='fp8_block', got {quant!r}")
     if tracked and quant != "bf16":
         q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula, scale_fmt=scale_fmt)
-        rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" and not _rcp_exact(hidden, FP8_BLOCK) else 0.0
+        rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" and not rcp_exact(hidden, FP8_BLOCK) else 0.0
         hidden64 = np.asarray(hidden, np.float64)
         ex = bounds.quantized_input(hidden64, q, rel)
         x = Operand(q.values, q.fp8, bounds.code_changes(hidden64, Err(*(rel * np.abs(hidden64),) * 3), q))
@@ -611,12 +515,8 @@ def _combine(total, total_abs, err, slots, rsf, R):
     """out = R_out(R_combine(Σ_j terms)·rsf): the sum in `combine` (fp32 moe_sum_reduce / finalize), rsf once
     after it, one write in `out`. err: the summed shadows of the terms."""
     err = err and bounds.summed(total_abs, err, slots + 1, R.combine)
-    c = round_to(total, R.combine)
-    err = err and bounds.rounded(total, c, err, R.combine, R.subnormals == "flush")
+    c, err = _stored(total, err, R.combine, R)
     if rsf is not None:
-        scaled = c * np.float64(rsf)
-        err = err and bounds.product(c, np.float64(rsf), err, Err(0.0, 0.0, 0.0))
-        c = round_to(scaled, R.combine)
-        err = err and bounds.rounded(scaled, c, err, R.combine, R.subnormals == "flush")
-    out = round_to(c, R.out)  # c is a stored combine value: exact
-    return out, err and bounds.rounded(c, out, err, R.out, R.subnormals == "flush", exact=True)
+        c, err = _stored(c * np.float64(rsf), err and bounds.product(c, np.float64(rsf), err, Err(0.0, 0.0, 0.0)),
+                         R.combine, R)
+    return _stored(c, err, R.out, R, exact=True)  # c is a stored combine value: exact

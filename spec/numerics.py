@@ -193,3 +193,20 @@ def decode(codes, fmt):
     if fmt.bits > 16:
         return codes.astype(fmt.code_dtype).view(np.float64 if fmt is FP64 else np.float32)
     return _TABLES[fmt.name][codes]
+
+
+E4M3_VALUES = decode(np.arange(256, dtype=np.uint8), E4M3FN)  # e4m3fn decode table, indexed by code
+
+
+def pair_table(table):
+    """Entry c0 + 256·c1 holds table[c0], table[c1] side by side (little-endian: c0 first in memory), so that
+    one gather decodes two adjacent codes: decode_pairs."""
+    c = np.arange(1 << 16)
+    return np.ascontiguousarray(np.stack([table[c & 0xFF], table[c >> 8]], axis=-1))
+
+
+def decode_pairs(pairs, pair_codes):
+    """pairs (a pair_table) at pair_codes (uint16 views of adjacent uint8 codes, any layout) -> the decoded
+    values, contiguous, [..., 2·last axis]: one gather per two codes."""
+    got = np.take(pairs.view(np.dtype((np.void, pairs.strides[0]))).ravel(), pair_codes, mode="clip")
+    return got.view(pairs.dtype).reshape(*pair_codes.shape[:-1], 2 * pair_codes.shape[-1])

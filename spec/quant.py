@@ -9,22 +9,23 @@ element becomes a NaN code, and the other elements of its group quantize as if i
 
 import numpy as np
 
-from .numerics import E2M1, E4M3FN, E8M0, decode, encode
+from .bounds import Quantized
+from .hopper import hopper_block_sums, hopper_rcp  # the measured device model: spec/hopper.py
+from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, encode, round_to
 from .recipes import GEMM_ACCS, QUANT_VARIANTS, SCALE_FORMULAS
 
 GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_FMTS = ("fp32", "ue8m0")
 MXFP8_RULES = ("ocp", "ceil448")
 HALF_ORDERS = ("gate_up", "up_gate")
-MX_BLOCK = 32
-NVFP4_BLOCK = 16
-HOPPER_CHUNK = 32  # K of one FP8 WGMMA instruction
-HOPPER_FRACTION_BITS = 13  # the Hopper FP8 tensor-core accumulator is e8m13 (campaigns/h200/results.md, 4th call)
+FP8_BLOCK = 128  # DeepSeek FP8: 128×128 weight blocks, 1×128 activation groups (docs/semantics.md §3)
+MX_BLOCK = 32  # MXFP8: one e8m0 scale per 32 elements of a row
+NVFP4_BLOCK = 16  # NVFP4: one e4m3 scale per 16 elements of a row
+SCALE_BLOCKS = {"fp8_block": FP8_BLOCK, "mxfp8": MX_BLOCK, "nvfp4": NVFP4_BLOCK}  # elements along K per scale
 
 FP8_MAX = np.float32(E4M3FN.max)
 RCP448 = np.float32(1) / FP8_MAX  # fl(1/448), the reciprocal constant of the SGLang JIT kernel
 E4M3_EMAX = 8  # OCP MX: exponent of e4m3fn's largest normal, 448 = 1.75·2^8
-E4M3_VALUES = decode(np.arange(256, dtype=np.uint8), E4M3FN)  # decode table, indexed by code
 
 
 def _fp32_values(x, name):
@@ -90,7 +91,7 @@ def _scaled(x, s, amax, variant):
     return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
 
 
-def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", scale_formula="div448",
+def per_token_group_quant_fp8(x, group_size=FP8_BLOCK, *, eps=1e-10, variant="div", scale_formula="div448",
                               scale_fmt="fp32"):
     """Per row and `group_size` columns: s = max(amax, eps)/448, q = e4m3fn(clamp(x/s, ±448)) (docs/semantics.md §2.1);
     ue8m0: s -> 2^e by ue8m0_ceil, q = e4m3fn(x·2^-e) exact. [M, K] -> (q uint8 [M, K], s float32 [M, K/g]).
@@ -116,7 +117,7 @@ def per_token_group_quant_fp8(x, group_size=128, *, eps=1e-10, variant="div", sc
     return q.reshape(x.shape), s
 
 
-def weight_block_quant(w, block=128, *, eps=1e-10, variant="div", scale_formula="div448", scale_fmt="fp32"):
+def weight_block_quant(w, block=FP8_BLOCK, *, eps=1e-10, variant="div", scale_formula="div448", scale_fmt="fp32"):
     """DeepSeek weight quantization: per block×block tile of the last two dims s = max(amax, eps)/448 and
     q = e4m3fn(clamp(w/s, ±448)); partial last tiles have a scale too (docs/semantics.md §3). [..., N, K] ->
     (q uint8 [..., N, K], s float32 [..., ceil(N/b), ceil(K/b)]). NaN rule as per_token_group_quant_fp8; variant,
@@ -142,7 +143,7 @@ def weight_block_quant(w, block=128, *, eps=1e-10, variant="div", scale_formula=
     return q.reshape(padded.shape)[..., :n, :k], s
 
 
-def weight_dequant(q, s, block=128):
+def weight_dequant(q, s, block=FP8_BLOCK):
     """W[..., n, k] = e4m3fn(q[..., n, k]) · s[..., n // b, k // b], one fp32 multiply (docs/semantics.md §3)."""
     q = _codes(q, "q")
     s = _fp32_values(s, "s")
@@ -153,7 +154,7 @@ def weight_dequant(q, s, block=128):
     return E4M3_VALUES[q] * per_element
 
 
-def w13_block_quant(gate, up, *, half_order="gate_up", block=128, **quantizer):
+def w13_block_quant(gate, up, *, half_order="gate_up", block=FP8_BLOCK, **quantizer):
     """w13 from its halves, each block-quantized on its own (docs/semantics.md §3): gate, up [..., I, H] -> (q uint8
     [..., 2I, H], s float32 [..., 2·ceil(I/b), ceil(H/b)]), in `half_order` (FlashInfer: "up_gate"); `quantizer`:
     weight_block_quant's keywords."""
@@ -166,7 +167,7 @@ def w13_block_quant(gate, up, *, half_order="gate_up", block=128, **quantizer):
     return tuple(np.concatenate(parts, axis=-2) for parts in zip(*halves, strict=True))
 
 
-def w13_dequant(q, s, block=128):
+def w13_dequant(q, s, block=FP8_BLOCK):
     """Inverse of w13_block_quant: dequantizes each half with its own scale rows. -> float32 [..., 2I, H]."""
     q = _codes(q, "q")
     s = np.asarray(s)
@@ -176,160 +177,6 @@ def w13_dequant(q, s, block=128):
     ib = s.shape[-2] // 2
     return np.concatenate([weight_dequant(q[..., :i, :], s[..., :ib, :], block),
                            weight_dequant(q[..., i:, :], s[..., ib:, :], block)], axis=-2)
-
-
-def _exponent(x):
-    """floor(log2 |x|) of nonzero float64 x (exact: frexp); 0 maps to -1000, below every operand's."""
-    return np.where(x == 0, -1000, np.frexp(x)[1] - 1)
-
-
-def _e4m3_exponent(x):
-    """The exponent field's meaning for e4m3 values: floor log2 |x|, -6 for subnormals; -1000 for zero, so a
-    sum with it never sets a step's alignment."""
-    return np.where(x == 0, -1000, np.maximum(_exponent(x), -6))
-
-
-def _truncate(x, e):
-    """x truncated toward zero to a multiple of 2^e (float64, exact for the magnitudes here)."""
-    q = np.ldexp(1.0, e)
-    return np.trunc(x / q) * q
-
-
-# MUFU.RCP (rcp.approx.ftz.f32, what CUDA emits for x/y under -use_fast_math) minus RN(1/x), in ulps, for each
-# bf16 significand 1.m (m = 0..127): measured on an H200 for every positive bf16 x; it depends on the
-# significand only (0 conflicts over 985,767 fp32 significands). campaigns/h200/div_probe.cu, results.md.
-MUFU_RCP_BF16_ULPS = ("0000-0+0000-0+000000-0-00000000000000++000000000000+000000000+000++00000000000000+000000000+"
-                      "00000000000000000+00000++0+00+00000-")
-
-
-_MUFU_RCP_BF16_ULPS = np.array([{"-": -1, "0": 0, "+": 1}[c] for c in MUFU_RCP_BF16_ULPS], np.int32)
-
-
-def hopper_rcp(x):
-    """1/x as Hopper's MUFU.RCP returns it, for float32 x > 0 in the normal range: RN(1/x) moved by the
-    measured deviation of x's significand when x is a bf16 value (exact there); RN(1/x) otherwise (the device
-    is within ±1 ulp of it: 86.7 % equal, measured). -> float32."""
-    x = np.asarray(x, np.float32)
-    bits = x.view(np.uint32)
-    rn = (np.float32(1) / x).view(np.int32)
-    dev = np.where(bits & 0xFFFF == 0, _MUFU_RCP_BF16_ULPS[(bits >> 16) & 0x7F], 0)
-    return (rn + dev).astype(np.int32).view(np.float32)
-
-
-def hopper_fp8_step(c, a, w):
-    """One Hopper FP8 WGMMA step, c + Σ_k a[m, k]·w[n, k] over k < 32, bit-exact as measured on an H200
-    (2,097,152 of 2,097,152 cuBLASLt block sums, campaigns/h200/results.md): products are exact; with
-    E = max(max_k (e_a + e_w), e_c) over the nonzero products — e_x the e4m3 exponent of x (floor log2 |x|, -6
-    for subnormals) and e_c = floor log2 |c| (c ≠ 0) — every product and c is truncated toward zero to a
-    multiple of 2^(E-13); the exact sum of those is truncated toward zero to 13 fraction bits (e8m13). Zero
-    products take no part in E (measured: 16,384 of 16,384 sparse sums). a [M, ..., k], w [N, ..., k] e4m3
-    values, c [M, N, ...] float64 -> [M, N, ...] float64."""
-    e = (_e4m3_exponent(a)[:, None] + _e4m3_exponent(w)[None]).max(axis=-1)
-    e = np.maximum(np.where(c == 0, e, np.maximum(e, _exponent(c))), -1000) - HOPPER_FRACTION_BITS  # all-zero: 0
-    s = _truncate(a[:, None] * w[None], e[..., None]).sum(axis=-1) + _truncate(c, e)
-    return _truncate(s, _exponent(s) - HOPPER_FRACTION_BITS)
-
-
-HOPPER_CHUNK_ELEMENTS = 1 << 22  # products per hopper_fp8_step call (32 MiB of float64)
-
-
-def hopper_block_sums_reference(a, w, block):
-    """[M, N, K/block] block sums of a [M, K], w [N, K] (e4m3 values, float64), each block a chain of
-    hopper_fp8_step from 0 in ascending K; columns in chunks that bound the products' memory. The definition:
-    hopper_block_sums computes the same, faster."""
-    (m, k), n = a.shape, w.shape[0]
-    kb = -(-k // block)
-    pad = ((0, 0), (0, kb * block - k))  # zero products leave a step unchanged
-    a, w = np.pad(a, pad).reshape(m, kb, block), np.pad(w, pad).reshape(n, kb, block)
-    cols = max(1, HOPPER_CHUNK_ELEMENTS // max(1, m * kb * HOPPER_CHUNK))
-    sums = [np.zeros((m, 0, kb))]
-    for n0 in range(0, n, cols):
-        c = np.zeros((m, min(cols, n - n0), kb))
-        for j in range(0, block, HOPPER_CHUNK):
-            c = hopper_fp8_step(c, a[..., j:j + HOPPER_CHUNK], w[n0:n0 + cols, :, j:j + HOPPER_CHUNK])
-        sums.append(c)
-    return np.concatenate(sums, axis=1)
-
-
-# 256^(e - 1) of each e4m3 code, e its exponent as hopper_fp8_step reads it (floor log2 |v|, -6 for subnormals);
-# 0 for the two zero codes; 256^-2 for the NaN codes (their sums are NaN whatever the alignment). A product of
-# two is 2^(8L - 16), L = e_a + e_w in [-12, 16]: from 2^-112 to 2^112, normal float32. Over one step the sum S
-# of those of the nonzero products lies in [2^(8E - 16), 32·2^(8E - 16)] (any rounding of a sum of positive terms
-# keeps it below the next power 2^(8E - 8)), so E = (floor(log2 S) + 16) >> 3: the step's alignment exponent, for
-# every output at once, from one matrix product.
-with np.errstate(invalid="ignore"):
-    _E4M3_EXPONENT = np.where(np.isnan(E4M3_VALUES), -1, np.maximum(np.frexp(E4M3_VALUES)[1] - 1, -6))
-E4M3_POW256 = np.where(E4M3_VALUES == 0, 0, np.ldexp(np.float32(1), 8 * _E4M3_EXPONENT - 8)).astype(np.float32)
-_ONES32 = np.ones(HOPPER_CHUNK, np.float32)
-
-
-def pair_table(table):
-    """Entry c0 + 256·c1 holds table[c0], table[c1] side by side (little-endian: c0 first in memory), so that
-    one gather decodes two adjacent codes: decode_pairs."""
-    c = np.arange(1 << 16)
-    return np.ascontiguousarray(np.stack([table[c & 0xFF], table[c >> 8]], axis=-1))
-
-
-def decode_pairs(pairs, pair_codes):
-    """pairs (a pair_table) at pair_codes (uint16 views of adjacent uint8 codes, any layout) -> the decoded
-    values, contiguous, [..., 2·last axis]: one gather per two codes."""
-    got = np.take(pairs.view(np.dtype((np.void, pairs.strides[0]))).ravel(), pair_codes, mode="clip")
-    return got.view(pairs.dtype).reshape(*pair_codes.shape[:-1], 2 * pair_codes.shape[-1])
-
-
-_E4M3_VALUE_PAIRS, _E4M3_POW256_PAIRS = pair_table(E4M3_VALUES), pair_table(E4M3_POW256)
-HOPPER_FAST_ELEMENTS = 1 << 17  # products per step and chunk of hopper_block_sums (512 KiB of float32: in L2)
-F32_BIAS, F32_FRACTION_BITS = 127, 23
-_NO_EXPONENT = 100  # a biased float32 exponent below every alignment (all values here are multiples of 2^-18)
-
-
-def _biased_exponent(x):
-    """The biased exponent field of float32 x (floor log2 |x| + 127 for normal x; 0 for ±0)."""
-    return (x.view(np.int32) >> F32_FRACTION_BITS) & 0xFF
-
-
-def hopper_block_sums(aq, wq, block=128):
-    """hopper_block_sums_reference on e4m3 codes aq [M, K], wq [N, K], bit for bit, in integer arithmetic: in
-    units u = 2^(E-13) of a step, every truncated term is an integer below 2^15 (a product is below 2^(E+2)) and
-    the carried-in sum one below 2^14, so their sum (< 2^20) is exact in float32 in any order. Per step, for
-    all outputs at once: E from one matrix product (E4M3_POW256) and the carried sum's exponent; the terms
-    trunc(a·w·u⁻¹) (u⁻¹ a power of two: exact); their sum by a product with ones; its truncation to 13
-    fraction bits by clearing the low 10 of float32's 23. Steps run in order within a block; blocks and columns
-    are independent. -> [M, N, K/block] float64."""
-    if block % HOPPER_CHUNK:
-        raise ValueError(f"block={block} must be a multiple of {HOPPER_CHUNK}")
-    (m, k), n = aq.shape, wq.shape[0]
-    steps, kb = block // HOPPER_CHUNK, -(-k // block)
-    if kb * block != k:
-        pad = ((0, 0), (0, kb * block - k))  # code 0 is +0: zero products leave a step unchanged
-        aq, wq = np.pad(aq, pad), np.pad(wq, pad)
-    sums = np.zeros((m, n, kb), np.float32)
-    if not (m and n and kb):
-        return sums.astype(np.float64)
-    keep = np.int32(-1 << (F32_FRACTION_BITS - HOPPER_FRACTION_BITS))  # sign, exponent, 13 fraction bits
-    a = E4M3_VALUES[aq.reshape(m, kb, steps, HOPPER_CHUNK).transpose(2, 0, 1, 3)]  # [step j, M, block, k]
-    a_pow = E4M3_POW256[aq].reshape(m, kb * steps, HOPPER_CHUNK).transpose(1, 0, 2)  # [block·j, M, k]
-    cols = min(n, max(1, HOPPER_FAST_ELEMENTS // (max(m, steps) * kb * HOPPER_CHUNK)))
-    for n0 in range(0, n, cols):
-        pairs = np.ascontiguousarray(wq[n0:n0 + cols]).view(np.uint16)  # two adjacent codes per gather
-        nc = len(pairs)
-        w = decode_pairs(_E4M3_VALUE_PAIRS, pairs.reshape(nc, kb, steps, HOPPER_CHUNK // 2).transpose(2, 0, 1, 3))
-        w_pow = decode_pairs(_E4M3_POW256_PAIRS, pairs.reshape(nc, kb * steps, HOPPER_CHUNK // 2)).transpose(1, 2, 0)
-        pow_sum = np.matmul(a_pow, w_pow).reshape(kb, steps, m, nc).transpose(1, 2, 3, 0)  # [j, M, nc, block]
-        e_products = np.where(pow_sum == 0, _NO_EXPONENT,  # biased E of the products, for every step
-                              ((_biased_exponent(pow_sum) - F32_BIAS + 16) >> 3) + F32_BIAS)
-        c = np.zeros((m, nc, kb), np.float32)
-        terms = np.empty((m, nc, kb, HOPPER_CHUNK), np.float32)
-        for j in range(steps):
-            e = np.maximum(e_products[j], _biased_exponent(c))  # c = 0: field 0, no part in E
-            inv_u = ((2 * F32_BIAS + HOPPER_FRACTION_BITS - e) << F32_FRACTION_BITS).view(np.float32)  # 2^(13-E)
-            np.multiply(a[j][:, None], w[j][None], out=terms)
-            terms *= inv_u[..., None]
-            np.trunc(terms, out=terms)
-            s = (terms.reshape(-1, HOPPER_CHUNK) @ _ONES32).reshape(c.shape) + np.trunc(c * inv_u)
-            c = (s.view(np.int32) & keep).view(np.float32) / inv_u
-        sums[:, n0:n0 + nc] = c
-    return sums.astype(np.float64)
 
 
 def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
@@ -434,3 +281,74 @@ def nvfp4_dequant(packed, scales, global_scale):
     nibbles = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
     sf = np.repeat(decode(scales, E4M3FN), NVFP4_BLOCK, axis=-1)
     return decode(nibbles, E2M1) * sf / gs
+
+
+# ---- activation quantization on a layer's quant path, with what its error model needs (bounds.Quantized)
+
+QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
+APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
+
+
+def block_scales(scales, width, cols_per_scale):
+    """Dequant multiplier of each column: scales [R, ceil(width/cols_per_scale)] -> float64 [R, width]."""
+    return np.repeat(np.asarray(scales, np.float64), cols_per_scale, 1)[:, :width]
+
+
+def unpack_nibbles(packed):
+    """[R, K/2] packed e2m1 bytes -> [R, K] codes, the low nibble first."""
+    return np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], -1)
+
+
+def nvfp4_rows(x):
+    """NVFP4 per token: each row its own global scale gs = 448·6/max(amax(row), 1e-10)."""
+    values, scale = np.zeros(x.shape), np.zeros(x.shape)
+    for t, row in enumerate(x):
+        gs = nvfp4_global_scale(row)
+        packed, sf = nvfp4_quant(row[None], gs)
+        scale[t] = np.repeat(decode(sf[0], E4M3FN).astype(np.float64), NVFP4_BLOCK) / np.float64(gs)
+        values[t] = decode(unpack_nibbles(packed)[0], E2M1) * scale[t]
+    return values, scale
+
+
+def rcp_exact(x, group):
+    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor: hopper.hopper_rcp
+    then reproduces the device's reciprocal exactly (inputs of bf16 values, whose maxima are bf16 values)."""
+    x = np.abs(np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf))
+    amax = x.reshape(x.shape[0], -1, group).max(axis=-1)
+    return bool(np.all((amax == 0) | ((amax >= QUANT_EPS) & (round_to(amax, "bf16") == amax))))
+
+
+def quant_448_div_amax(x, group):
+    """mono_moe's quantizer per (row, `group` columns): NaN → 0, then per_token_group_quant_fp8 with variant
+    "mul_448_div_amax" (amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)), q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))),
+    rcp the device's reciprocal: hopper.hopper_rcp, exact for bf16 amax, i.e. the input quantizer; within ±1 ulp
+    otherwise, which the bounds cover). [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
+    x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
+    return per_token_group_quant_fp8(x, group, eps=QUANT_EPS, variant="mul_448_div_amax", scale_formula="mul_rcp448")
+
+
+def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK, scale_fmt="fp32"):
+    """Activation quantization of x [M, K] on a quant path: fp8_block 1×`group` (per_token_group_quant_fp8 with
+    `variant`, `scale_formula`, `scale_fmt`, or quant_448_div_amax), mxfp8 (recipe.mx_rule), nvfp4 (per-token
+    global scale). -> Quantized (a ue8m0 scale moves in powers of two: not linear in amax)."""
+    x = np.asarray(x, np.float32)
+    if quant == "fp8_block":
+        if variant == "mul_448_div_amax":
+            if scale_fmt != "fp32":
+                raise ValueError(f"the mul_448_div_amax quantizer (mono_moe) has no {scale_fmt} scales")
+            q, s = quant_448_div_amax(x, group)
+        else:
+            q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula,
+                                             scale_fmt=scale_fmt)
+        scale = block_scales(s, x.shape[1], group)
+        return Quantized(
+            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, scale_fmt == "fp32", (q, s)
+        )
+    if quant == "mxfp8":
+        q, e8 = mxfp8_quant(x, rule=recipe.mx_rule)
+        scale = block_scales(decode(e8, E8M0), x.shape[1], MX_BLOCK)
+        u = E4M3FN.unit_roundoff * (2 if recipe.mx_rule == "ocp" else 1)  # ocp: x/X < 512 saturates at 448
+        scale_of = lambda amax: decode(mx_scale(amax, recipe.mx_rule), E8M0).astype(np.float64)
+        return Quantized(E4M3_VALUES[q] * scale, scale, "e4m3fn", (MX_BLOCK,), u, False, None, scale_of)
+    values, scale = nvfp4_rows(x)
+    return Quantized(values, scale, "e2m1", (NVFP4_BLOCK, x.shape[1]), E2M1.unit_roundoff, False, None)

@@ -12,7 +12,7 @@ SIGMOIDS = ("exact", "expf", "tanh")
 EXPS = ("rn", "ex2")  # how exp is evaluated: correctly rounded, or CUDA fast-math __expf (spec/routing.py _exp)
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 # spec/quant.py per_token_group_quant_fp8: the three host formulations (correctly rounded operations, drawn by the
-# strategies) and the device one, x·fl(448·rcp(amax)) with the GPU's reciprocal (quant.hopper_rcp), which only
+# strategies) and the device one, x·fl(448·rcp(amax)) with the GPU's reciprocal (hopper.hopper_rcp), which only
 # implementations that declare it in their `space` are given (mono_moe, SGLang's fast-math quantizer).
 HOST_QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
 QUANT_VARIANTS = (*HOST_QUANT_VARIANTS, "mul_448_div_amax")
@@ -63,7 +63,7 @@ class Recipe:
     only where every routed weight vanishes (all selected sigmoids underflow).
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
     ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8``: the tensor core's truncating
-    e8m13 accumulator inside each K block, spec.quant.hopper_fp8_step, then promotion to fp32); the
+    e8m13 accumulator inside each K block, spec.hopper.hopper_fp8_step, then promotion to fp32); the
     intermediate is re-quantized before GEMM2 when ``requant_intermediate``. Then ``gemm1_out`` → activation
     in ``act_compute`` → ``act_out`` → GEMM2 with the router weight in its epilogue → ``expert_out`` → weighted sum in
     ``combine`` → ``out``. MXFP8 scales follow ``mx_rule`` (quant.mxfp8_quant). ``router_weight_at``: "gemm2"
@@ -72,7 +72,7 @@ class Recipe:
     the activation output (in ``act_out``) before the re-quantization (mono_moe). ``requant_group``: columns
     per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
     ``mul_448_div_amax`` (mono_moe, SGLang's fast-math quantizer): q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp
-    the device's reciprocal (quant.hopper_rcp), eps 1e-10; mono_moe zeroes NaN inputs first.
+    the device's reciprocal (hopper.hopper_rcp), eps 1e-10; mono_moe zeroes NaN inputs first.
     Weight preparation (moe cases whose expert weights come unquantized, MoEConfig.expert_weights): fp8_block
     weights are quantized per 128×128 tile (each half of a gated W13 on its own) with ``weight_quant_variant`` /
     ``weight_scale_formula`` (spec.quant.weight_block_quant), mxfp8 weights by ``mx_rule``, nvfp4 weights with one
@@ -144,6 +144,22 @@ class Recipe:
 
     def but(self, **changes):
         return replace(self, **changes)
+
+    def route_options(self):
+        """The keyword options of spec.routing.route that this recipe's routing rounding points set."""
+        return dict(bias_dtype=self.bias, sigmoid=self.sigmoid, exp=self.exp, weights_dtype=self.routing_weights,
+                    renorm_order=self.renorm_order, group_score=self.group_score, scores_dtype=self.routing_scores,
+                    bias_add_dtype=self.routing_bias_add, group_scores_dtype=self.routing_group_scores,
+                    renorm_dtype=self.routing_renorm, shared_weight=self.shared_weight)
+
+
+# The ideal: float64 arithmetic, no quantization and no rounding anywhere (spec.layer.moe_layer without a recipe).
+IDEAL = Recipe(name="ideal", logits="fp64", gemm_acc="fp64", gemm1_out="fp64", act_compute="fp64", act_out="fp64",
+               requant_intermediate=False, expert_out="fp64", combine="fp64", out="fp64")
+
+# The spec's own recipe: every default (fp32 routing and accumulation, bf16 stores) and the lower-index tie rule;
+# what difftest compares with when an implementation declares none.
+DEFAULT = Recipe(name="spec", tie_rule="lower_index")
 
 
 # FlashInfer trtllm-gen BF16 (docs/semantics.md §5.1): fp32 routing with bf16 weights written by the routing

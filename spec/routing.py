@@ -58,6 +58,7 @@ fused gate; its torch path draws the shared id at random) or exactly 1 (``"one"`
 where every routed weight vanishes.
 """
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -66,17 +67,16 @@ from spec.numerics import round_to
 from spec.recipes import EXPS, GROUP_SCORES, RENORM_ORDERS, ROUTING_ARITHMETIC, SHARED_WEIGHTS, SIGMOIDS
 
 ROUTED_DTYPES = ("fp32", "bf16")  # allowed bias_dtype and weights_dtype
-_BIASED = ("deepseek_v3", "minimax2")
-_GROUPED = ("deepseek_v3", "deepseek_v2")
-SOFTMAX_METHODS = ("default", "renormalize_naive", "deepseek_v2")  # select on a softmax over all E
-SIGMOID_METHODS = ("deepseek_v3", "minimax2", "sigmoid_renorm", "sigmoid")  # select on σ(x) (+ bias)
+KEY_CLASSES = ("raw", "softmax", "sigmoid")  # what a method ranks: the logits, a softmax over all E, σ(x) (+ bias)
+SCORES = ("raw", "softmax", "sigmoid", "softmax_of_selected")  # what its weights are made of (before normalizing)
+NORMALIZATIONS = ("none", "always", "if_renormalize")  # selected scores over their sum (+ eps): never, always, per flag
 
 
 def renormalizes(method, renormalize=True):
     """Whether `method`'s weights are its selected scores over their sum (+ eps): always for renormalize_naive
-    and minimax2, per ``renormalize`` for deepseek_v3, deepseek_v2 and sigmoid_renorm (method docstrings)."""
-    return method in ("renormalize_naive", "minimax2") or (
-        renormalize and method in ("deepseek_v3", "deepseek_v2", "sigmoid_renorm"))
+    and minimax2, per ``renormalize`` for deepseek_v3, deepseek_v2 and sigmoid_renorm (METHODS)."""
+    how = METHODS[method].normalizes
+    return how == "always" or (renormalize and how == "if_renormalize")
 
 
 class Routing(NamedTuple):
@@ -135,7 +135,7 @@ def _check_options(method, o, num_experts):
     _require(_is_int(tg) and tg >= 1, f"topk_group must be an integer >= 1, got {tg!r}")
     _require(E % G == 0, f"num_experts={E} is not divisible by n_group={G}")
     _require(tg <= G, f"topk_group={tg} > n_group={G}")
-    _require(method in _GROUPED or G == tg == 1,
+    _require(METHODS[method].grouped or G == tg == 1,
              f"{method} has no expert groups: n_group and topk_group must be 1")
     _require(k <= tg * (E // G),
              f"top_k={k} > topk_group*num_experts/n_group={tg * (E // G)} (experts in the kept groups)")
@@ -183,7 +183,7 @@ def _read(method, logits, bias, options):
     _check_options(method, o, E)
     _require(o.ids is None or len(o.ids) == logits.shape[0],
              f"forced ids have {0 if o.ids is None else len(o.ids)} rows, logits {logits.shape[0]}")
-    if method not in _BIASED:
+    if not METHODS[method].biased:
         _require(bias is None, f"{method} takes no correction bias")
         return logits.astype(o.dtype), None, o
     bias = np.zeros(E, o.dtype) if bias is None else np.asarray(bias)
@@ -292,11 +292,16 @@ def _kept_groups(keys, o, group_score):
     return np.repeat(kept, E // o.n_group, axis=-1), margin
 
 
+def group_rule(method, group_score, biased):
+    """"top2_sum" or "max": what recipes.GROUP_SCORES' `group_score` means for `method` (module docstring),
+    `biased` whether a correction bias is given."""
+    return {"method": "top2_sum" if method == "deepseek_v3" else "max",
+            "top2_sum_if_biased": "top2_sum" if biased else "max"}.get(group_score, group_score)
+
+
 def _group_rule(method, o, biased):
     """The group score function of group_score for this call (module docstring)."""
-    rule = {"method": "top2_sum" if method == "deepseek_v3" else "max",
-            "top2_sum_if_biased": "top2_sum" if biased else "max"}.get(o.group_score, o.group_score)
-    return _top2_sum if rule == "top2_sum" else _group_max
+    return _top2_sum if group_rule(method, o.group_score, biased) == "top2_sum" else _group_max
 
 
 def _scale(w, o):
@@ -446,7 +451,40 @@ def deepseek_v2(logits, bias=None, **options):
     w = _renormalized(_gather(q, ids), o) if o.renormalize else _scale(_gather(q, ids), o)
     return _routing(ids, w, margin, group_margin, x.shape[1], o)
 
-ROUTING_METHODS = tuple(_METHODS)
+
+
+class Method(NamedTuple):
+    """The facts of one routing method; every other module reads them from METHODS."""
+    function: Callable  # the method's formula (its docstring)
+    keys: str           # KEY_CLASSES: what selection ranks
+    grouped: bool       # ranks expert groups first (n_group, topk_group)
+    biased: bool        # adds a correction bias to the selection keys (weights stay unbiased)
+    scores: str         # SCORES: the selected values weights are made of (softmax_of_selected: over the k picks)
+    normalizes: str     # NORMALIZATIONS: whether those scores are divided by their sum (+ eps), before rsf
+
+
+# One row per method, in the order campaigns draw them (FlashInfer RoutingMethodType order, then SGLang's
+# grouped softmax).
+METHODS = {
+    #                                        keys       grouped biased scores                 normalizes
+    "default": Method(_METHODS["default"], "softmax", False, False, "softmax", "none"),
+    "renormalize": Method(_METHODS["renormalize"], "raw", False, False, "softmax_of_selected", "none"),
+    "renormalize_naive": Method(_METHODS["renormalize_naive"], "softmax", False, False, "softmax", "always"),
+    "deepseek_v3": Method(_METHODS["deepseek_v3"], "sigmoid", True, True, "sigmoid", "if_renormalize"),
+    "llama4": Method(_METHODS["llama4"], "raw", False, False, "sigmoid", "none"),
+    "topk": Method(_METHODS["topk"], "raw", False, False, "raw", "none"),
+    "sigmoid_renorm": Method(_METHODS["sigmoid_renorm"], "sigmoid", False, False, "sigmoid", "if_renormalize"),
+    "sigmoid": Method(_METHODS["sigmoid"], "sigmoid", False, False, "sigmoid", "none"),
+    "topk_sigmoid": Method(_METHODS["topk_sigmoid"], "raw", False, False, "sigmoid", "none"),
+    "minimax2": Method(_METHODS["minimax2"], "sigmoid", False, True, "sigmoid", "always"),
+    "deepseek_v2": Method(_METHODS["deepseek_v2"], "softmax", True, False, "softmax", "if_renormalize"),
+}
+ROUTING_METHODS = tuple(METHODS)
+GROUPED_METHODS = tuple(m for m, row in METHODS.items() if row.grouped)
+BIASED_METHODS = tuple(m for m, row in METHODS.items() if row.biased)
+SOFTMAX_METHODS = tuple(m for m, row in METHODS.items() if row.keys == "softmax")  # select on a softmax over all E
+SIGMOID_METHODS = tuple(m for m, row in METHODS.items() if row.keys == "sigmoid")  # select on σ(x) (+ bias)
+RAW_KEY_METHODS = tuple(m for m, row in METHODS.items() if row.keys == "raw")  # select on the logits
 
 
 def route(logits, bias=None, *, method, **options):
@@ -456,8 +494,44 @@ def route(logits, bias=None, *, method, **options):
     group_score="method", scores_dtype="fp32", bias_add_dtype="fp32", group_scores_dtype="fp32",
     renorm_dtype="fp32", shared_weight="routed_sum_over_rsf", ideal=False, ids=None (forced routed ids
     [T, top_k])."""
-    _require(method in _METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
-    return _METHODS[method](logits, bias, **options)
+    _require(method in METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
+    return METHODS[method].function(logits, bias, **options)
+
+
+_IDEAL = _Options(top_k=1, ideal=True)
+
+
+@np.errstate(all="ignore")
+def ideal_keys(logits, bias=None, *, method, n_group=1, group_score="max"):
+    """(keys [T, E], group scores [T, n_group] or None when n_group is 1) in float64, evaluated as ``ideal=True``
+    evaluates them: what `method` ranks (METHODS[method].keys: the logits, a softmax over all E, or σ(x) + b with
+    the bias as given) and, per group, its "top2_sum" or "max" (group_rule)."""
+    x = np.asarray(logits, np.float64)
+    kind = METHODS[method].keys
+    if kind == "raw":
+        keys = x
+    elif kind == "softmax":
+        keys = _softmax(x, _IDEAL)
+    else:
+        keys = _sigmoid(x, _IDEAL) + (0.0 if bias is None else np.asarray(bias, np.float64))
+    if n_group == 1:
+        return keys, None
+    T, E = keys.shape
+    score = _top2_sum if group_score == "top2_sum" else _group_max
+    return keys, score(keys.reshape(T, n_group, E // n_group), _IDEAL)
+
+
+@np.errstate(all="ignore")
+def ideal_scores(logits, *, method, ids):
+    """float64 [T, k]: the scores `method` makes its weights of (METHODS[method].scores) at `ids` [T, k], before
+    any normalization and rsf, evaluated as ``ideal=True`` evaluates them."""
+    x, ids = np.asarray(logits, np.float64), np.asarray(ids, np.int64)
+    kind = METHODS[method].scores
+    if kind == "softmax_of_selected":
+        return _softmax(_gather(x, ids), _IDEAL)
+    if kind == "softmax":
+        return _gather(_softmax(x, _IDEAL), ids)
+    return _sigmoid(_gather(x, ids), _IDEAL) if kind == "sigmoid" else _gather(x, ids)
 
 
 def expert_parallel_ids(ids, local_expert_offset, local_num_experts):

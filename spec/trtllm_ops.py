@@ -9,9 +9,10 @@ import functools
 
 import numpy as np
 
+from .hopper import hopper_rcp
 from .mlp import sigmoid
 from .numerics import E4M3FN, FP32, encode, round_to
-from .quant import RCP448, hopper_rcp
+from .quant import RCP448
 
 DEEPSEEK_BLOCK = 128
 SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")
@@ -47,7 +48,7 @@ def requant_deepseek_fp8(y, floor=FP32.min_normal, fmt=E4M3FN, rcp=hopper_rcp):
     """Per row p and block b of 128 columns of the fp32 value y: amax = max |y| (NaN dropped),
     s[b, p] = deepseek_scale(amax, floor), q = fmt_rn_sat(fl32(y·rcp(s))); s = 0 gives 0·inf = NaN and ±inf.
     [P, I] -> (q [P, I]: e4m3 codes uint8, else float32 values; s float32 [I/128, P]). rcp: MUFU.RCP as measured
-    (spec/quant.hopper_rcp, RN off bf16 values); the kernel's is within one ulp of RN, which compare.py allows."""
+    (spec/hopper.hopper_rcp, RN off bf16 values); the kernel's is within one ulp of RN, which compare.py allows."""
     y = round_to(y, FP32)
     rows, cols = y.shape
     blocks = y.reshape(rows, cols // DEEPSEEK_BLOCK, DEEPSEEK_BLOCK)

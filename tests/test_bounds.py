@@ -12,10 +12,11 @@ from test_layer import problem, quantized_weights
 from within import assert_within
 
 from difftest.compare import elementwise
-from spec import bounds, mlp, quant, recipes
+from spec import bounds, hopper, mlp, quant, recipes
 from spec.bounds import Err
-from spec.layer import StackedWeights, moe_layer, quantize
+from spec.layer import StackedWeights, moe_layer
 from spec.numerics import E4M3FN, encode, round_to
+from spec.quant import quantize
 from spec.recipes import Recipe
 
 PLAIN = Recipe(name="plain")
@@ -182,7 +183,7 @@ def test_scale_motion_charges_a_group_once():
 @settings(deadline=None, max_examples=20)
 @given(seed=st.integers(0, 2**32 - 1), signed=st.booleans(), spread=st.sampled_from([1.0, 100.0]))
 def test_hopper_truncation_bounds_the_tensor_core(seed, signed, spread):
-    """hopper_truncation bounds |B_b(a') − Σ a'·w| of the emulated tensor core (quant.hopper_block_sums_reference)
+    """hopper_truncation bounds |B_b(a') − Σ a'·w| of the emulated tensor core (hopper.hopper_block_sums_reference)
     for codes a' within flips of a, and stays well below γ_128(2^-13)·Σ|a'w| on cancelling data."""
     rng = np.random.default_rng(seed)
     enc = lambda x: quant.E4M3_VALUES[encode(x, E4M3FN, saturate=True)].astype(np.float64)
@@ -195,7 +196,7 @@ def test_hopper_truncation_bounds_the_tensor_core(seed, signed, spread):
         moved = enc(a + rng.uniform(-1, 1, a.shape) * flips)
         moved = np.where(np.abs(moved - a) <= flips, moved, a)
         exact = np.einsum("mbk,nbk->mnb", moved.reshape(4, 2, 128), w.reshape(32, 2, 128))
-        assert np.all(np.abs(quant.hopper_block_sums_reference(moved, w, 128) - exact) <= eps)
+        assert np.all(np.abs(hopper.hopper_block_sums_reference(moved, w, 128) - exact) <= eps)
     gamma = bounds.gamma(128, 2.0**-13) * np.einsum("mbk,nbk->mnb", np.abs(a).reshape(4, 2, 128),
                                                      np.abs(w).reshape(32, 2, 128))
     assert np.median(eps / gamma) < (0.5 if signed else 1.0)
@@ -206,7 +207,7 @@ def test_hopper_truncation_is_reached():
     each later product 22.5² = 506.25 lies below the 2^(22-13) = 512 grid and is truncated to 0. The block sum
     loses 96·506.25, more than half the bound."""
     a = np.array([[448.0] * 32 + [22.5] * 96])
-    lost = np.abs(quant.hopper_block_sums_reference(a, a, 128) - (a * a).sum())
+    lost = np.abs(hopper.hopper_block_sums_reference(a, a, 128) - (a * a).sum())
     assert lost == 96 * 506.25
     assert 0.5 < lost / bounds.hopper_truncation(a, a, np.zeros_like(a)) <= 1
 
@@ -250,7 +251,7 @@ def test_hard_bound_holds_for_reordered_accumulation(path, recipe, activation, s
     result, and the recipe-exact result never leaves bound_vs_ideal of the ideal. Against exact sums: fp32
     sequential, fp32 pairwise and block-scaled fp32, with K orders permuted within scale blocks. A hopper_fp8
     recipe is the tensor core's accumulator, which sums each K block in ascending K, 32 products a step (the
-    measured model, quant.hopper_fp8_step): its implementations differ only in the order of the blocks' fp32
+    measured model, hopper.hopper_fp8_step): its implementations differ only in the order of the blocks' fp32
     promotion, whole blocks permuted, against the recipe's own emulated result and against exact sums."""
     gated = activation in mlp.GATED_ACTIVATIONS
     x, logits, w13, w2 = problem(seed % 2**16, T=8, H=256, I=128, E=4, gated=gated)

@@ -63,19 +63,19 @@ def test_fuzz_summary_explains_the_ratio_in_words(tmp_path):
 
 
 def test_tables_align_on_the_longest_name():
-    from difftest import cli
+    from difftest import usage
 
-    lines = cli.table([("flashinfer.trtllm_fp8_block_scale_moe_long", "1", "why"), ("torch", "22", "ok")])
+    lines = usage.table([("flashinfer.trtllm_fp8_block_scale_moe_long", "1", "why"), ("torch", "22", "ok")])
     assert lines[0].index("1") == lines[1].index("22") and lines[1].endswith("ok")
 
 
 def test_an_unknown_model_fails_before_any_implementation_loads(monkeypatch, capsys):
-    from difftest import cli
+    from difftest import cli, run
 
     def no(*args):
         raise AssertionError("an implementation was loaded before the model was checked")
 
-    monkeypatch.setattr(cli, "_default_impls", no)
+    monkeypatch.setattr(run, "_default_impls", no)
     monkeypatch.setattr(cli.interface, "load", no)
     assert cli.main(["fuzz", "--model", "deepseek"]) == 2
     err = capsys.readouterr().err
@@ -196,10 +196,10 @@ def test_runs_are_compressed_and_rows_of_an_older_plain_run_are_kept(tmp_path):
 
 
 def test_replay_of_a_run_directory_replays_its_fixtures(tmp_path):
-    from difftest import cli
+    from difftest import replay
 
     shutil.copytree(ROOT / "fixtures" / "K03_raw_logit_weights", tmp_path / "run" / "fixtures" / "K03")
-    assert cli._fixture_paths([tmp_path / "run"]) == [tmp_path / "run" / "fixtures" / "K03"]
+    assert replay.fixture_paths([tmp_path / "run"]) == [tmp_path / "run" / "fixtures" / "K03"]
 
 
 def test_a_cut_off_gzip_is_a_one_line_error(tmp_path):
@@ -214,14 +214,14 @@ def test_a_cut_off_gzip_is_a_one_line_error(tmp_path):
 
 
 def test_a_finding_two_workers_recorded_is_printed_once():
-    from difftest import cli
+    from difftest import run
 
     def finding(fixture, kind, field, earlier=False):
         return {"op": "routing", "impl": "mine", "kind": kind, "earlier": earlier, "fixture": fixture,
                 "message": f"{field} is off\nreplay: python -m difftest replay {fixture}",
                 "signature": ["routing", "mine", kind, field]}
 
-    lines = "\n".join(cli.finding_lines([finding("run/a", "error", "ValueError"),
+    lines = "\n".join(run.finding_lines([finding("run/a", "error", "ValueError"),
                                          finding("run/b", "mismatch", "weights"),
                                          finding("run/c", "error", "ValueError"),
                                          finding("old/d", "error", "ValueError", earlier=True)])).splitlines()

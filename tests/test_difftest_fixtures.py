@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftest import bug_models, check, cli, fixtures, generate, impl_spec
+from difftest import bug_models, check, cli, fixtures, generate, impl_spec, replay
 from difftest.case import Case, RoutingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,16 +55,16 @@ def test_round_trip(k1):
 
 
 def test_replay_reproduces_an_open_finding(k1):
-    rows = cli.replay_fixture(fixtures.load(k1), ["torch", "spec"])
+    rows = replay.replay_fixture(fixtures.load(k1), ["torch", "spec"])
     assert rows[0][:2] == ("bug:deepseek_biased_weights", "fail")
     assert ("torch", "pass") in [r[:2] for r in rows] and ("spec", "pass") in [r[:2] for r in rows]
-    assert cli.expectation_met(fixtures.load(k1), rows)
+    assert replay.expectation_met(fixtures.load(k1), rows)
 
 
 def test_fixed_fixture_that_fails_is_not_as_recorded(tmp_path):
     path = record(tmp_path, status="fixed")
     fx = fixtures.load(path)
-    assert not cli.expectation_met(fx, cli.replay_fixture(fx, ["torch"]))
+    assert not replay.expectation_met(fx, replay.replay_fixture(fx, ["torch"]))
 
 
 def test_spec_change_is_flagged(k1):
@@ -72,9 +72,9 @@ def test_spec_change_is_flagged(k1):
     changed = {k: v + 1 if v.dtype.kind == "f" else v for k, v in fixtures.load(k1).expected.items()}
     np.savez(k1 / "expected.npz", **changed)
     _edit_json(k1, lambda m: m["expected"].update(sha256=generate.digest(changed)))
-    rows = cli.replay_fixture(fixtures.load(k1), ["torch"])
+    rows = replay.replay_fixture(fixtures.load(k1), ["torch"])
     assert rows[0][:2] == ("spec", "spec-changed")
-    assert not cli.expectation_met(fixtures.load(k1), rows)
+    assert not replay.expectation_met(fixtures.load(k1), rows)
 
 
 def _edit_json(path, fn):
@@ -189,9 +189,9 @@ def test_half_written_fixture_is_not_discovered_and_does_not_block(k1):
 
 def test_open_fixture_failed_by_a_correct_implementation_is_not_as_recorded(k1):
     # RSF_TWICE stands in for an implementation believed correct that fails this case too
-    rows = cli.replay_fixture(fixtures.load(k1), ["torch", "difftest.bug_models:RSF_TWICE"])
+    rows = replay.replay_fixture(fixtures.load(k1), ["torch", "difftest.bug_models:RSF_TWICE"])
     assert ("bug:rsf_twice", "fail") in [r[:2] for r in rows]
-    assert not cli.expectation_met(fixtures.load(k1), rows)
+    assert not replay.expectation_met(fixtures.load(k1), rows)
     r = run_cli("replay", str(k1), "--impl", "difftest.bug_models:RSF_TWICE")
     assert r.returncode == 1 and "NOT as recorded" in r.stdout, r.stdout + r.stderr
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftest import check, cli, fixtures, generate, impl_spec, known_bugs
+from difftest import check, fixtures, generate, impl_spec, known_bugs, replay
 from difftest.case import Case
 
 ROOT = Path(__file__).resolve().parents[1]
-PREFIX = "difftest.known_bugs:"
+PREFIX = "bug:K"  # registry names (difftest/interface.py SELF_TEST)
 PATHS = [p for p in fixtures.discover(ROOT / "fixtures")
          if json.loads((p / "case.json").read_text())["impl"]["ref"].startswith(PREFIX)]
 CORRECT = ("spec", "torch")
@@ -34,7 +34,7 @@ def test_every_catalogued_bug_has_its_fixture():
 @pytest.mark.parametrize("path", PATHS, ids=_key)
 def test_fixture_fails_on_its_model_and_passes_on_correct_implementations(path):
     fx = fixtures.load(path)
-    rows = cli.replay_fixture(fx)
+    rows = replay.replay_fixture(fx)
     outcome = {name: (result, detail) for name, result, detail in rows}
     model = fx.meta["impl"]["name"]
     assert fx.status == "open" and outcome[model][0] == "fail", outcome[model]
@@ -43,7 +43,7 @@ def test_fixture_fails_on_its_model_and_passes_on_correct_implementations(path):
     for name, (result, detail) in outcome.items():
         if name not in (model, *CORRECT):
             assert result == "n/a" and detail, f"{name}: {result} {detail}"
-    assert cli.expectation_met(fx, rows)
+    assert replay.expectation_met(fx, rows)
     assert sum(f.stat().st_size for f in path.iterdir()) < MAX_BYTES
     report = fx.meta["provenance"].splitlines()[1]
     assert report.startswith("report: ") and "/" in report and "#" in report and "20" in report
@@ -58,9 +58,9 @@ def test_replay_flags_a_changed_spec(monkeypatch):
         out = real(case, inputs, recipe)
         return {k: np.nextafter(v, np.inf) if v.dtype.kind == "f" else v for k, v in out.items()}
     monkeypatch.setattr(impl_spec, "expected", changed)
-    rows = cli.replay_fixture(fx, list(CORRECT))
+    rows = replay.replay_fixture(fx, list(CORRECT))
     assert ("spec", "spec-changed") in [r[:2] for r in rows]
-    assert not cli.expectation_met(fx, rows)
+    assert not replay.expectation_met(fx, rows)
 
 
 def _bug(key):

@@ -253,12 +253,13 @@ def test_bad_input_is_a_value_error():
                                           ("SGLANG_TRITON_FP8_BLOCK", 384, 256)])
 def test_hopper_layer_fast_path_is_the_reference(recipe, H, I, monkeypatch):
     """A hopper_fp8 recipe's layer (emulated block sums, accumulate=None) is the same, bit for bit, with
-    spec.quant.hopper_block_sums replaced by the reference chain of hopper_fp8_step: out, all three shadows,
-    flips; and within the hard bound of the layer with exact block sums, which covers any accumulation (the
-    blocks' scales, 4× apart from one 128-row block to the next, included). MONO_MOE re-quantizes 1×64 (K
-    blocks of 64 in GEMM2), also where I is not a multiple of 128 (a 128-wide weight block then holds two groups
-    but the last block only one: the weight scales are spread per 64-wide group and cut at ceil(I/64))."""
-    from spec import recipes
+    spec.hopper.hopper_block_sums (as spec.quant calls it) replaced by the reference chain of hopper_fp8_step:
+    out, all three shadows, flips; and within the hard bound of the layer with exact block sums, which covers
+    any accumulation (the blocks' scales, 4× apart from one 128-row block to the next, included). MONO_MOE
+    re-quantizes 1×64 (K blocks of 64 in GEMM2), also where I is not a multiple of 128 (a 128-wide weight block
+    then holds two groups but the last block only one: the weight scales are spread per 64-wide group and cut
+    at ceil(I/64))."""
+    from spec import hopper, recipes
 
     R = getattr(recipes, recipe)
     x, logits, w13, w2 = problem(5, T=6, H=H, I=I, E=4)
@@ -272,7 +273,7 @@ def test_hopper_layer_fast_path_is_the_reference(recipe, H, I, monkeypatch):
 
     def reference(aq, wq, block=128):
         calls.append(block)
-        return quant.hopper_block_sums_reference(quant.E4M3_VALUES[aq] * 1.0, quant.E4M3_VALUES[wq] * 1.0, block)
+        return hopper.hopper_block_sums_reference(quant.E4M3_VALUES[aq] * 1.0, quant.E4M3_VALUES[wq] * 1.0, block)
 
     monkeypatch.setattr(quant, "hopper_block_sums", reference)
     ref = moe_layer(x, logits, None, weights, **kw)

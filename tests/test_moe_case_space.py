@@ -123,7 +123,7 @@ def test_the_ideal_bound_carries_the_weight_preparation(quant, expert_weights):
     ideal = impl_spec.layer(case, inputs, None)
     assert np.all(np.abs(spec.out - ideal.out) <= bounds.bound_vs_ideal(spec, recipe))
     w, _ = impl_spec.expert_weights(case, recipe)
-    kw = dict(routing=impl_spec.routing_kwargs(c.routing), activation=c.activation)
+    kw = dict(routing=c.routing.route_kwargs(), activation=c.activation)
     on_prepared = moe_layer(inputs["hidden"], inputs["logits"], None, _decoded(w, quant, c.gated), quant="bf16", **kw)
     effect = np.abs(on_prepared.out - ideal.out)
     without = moe_layer(inputs["hidden"], inputs["logits"], None, _without_values(w), quant=quant, recipe=recipe, **kw)

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pipeline_impls
 
-from difftest import campaign, cli, fixtures, interface, pipeline
+from difftest import campaign, fixtures, interface, pipeline
+from difftest.run import campaign_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPLS = Path(__file__).resolve().parent / "pipeline_impls.py"
 
 
 def run(tmp_path, ref, ops, batches, batch=8, verifiers=2):
-    cells = cli._cells([ref], ops, None)
+    cells = campaign_cells([ref], ops, None)
     pipe = pipeline.Pipeline(ref, cells, tmp_path, batch=batch, verifiers=verifiers, seed=3)
     summary = pipe.run(max_batches=batches)
     rows = [json.loads(line) for line in (tmp_path / "cases-pipeline.jsonl").read_text().splitlines()]

@@ -14,16 +14,13 @@ from within import assert_within
 
 from spec import quant
 from spec.bounds import accumulation
+from spec.hopper import MUFU_RCP_BF16_ULPS, hopper_block_sums, hopper_block_sums_reference, hopper_rcp
 from spec.numerics import E2M1, E4M3FN, E8M0, decode, round_to
 from spec.quant import (
     E4M3_VALUES,
     GROUP_SIZES,
-    MUFU_RCP_BF16_ULPS,
     RCP448,
     block_scaled_gemm,
-    hopper_block_sums,
-    hopper_block_sums_reference,
-    hopper_rcp,
     mxfp8_dequant,
     mxfp8_quant,
     nvfp4_dequant,
@@ -127,7 +124,7 @@ def test_variants_differ_by_at_most_one_code_on_rare_elements():
 
 
 def test_device_reciprocal_variant_differs_where_mufu_does():
-    """mul_448_div_amax is mul_rcp_amax with 1/amax taken from quant.hopper_rcp: bf16 amax whose significand has a
+    """mul_448_div_amax is mul_rcp_amax with 1/amax taken from hopper.hopper_rcp: bf16 amax whose significand has a
     0 in MUFU_RCP_BF16_ULPS quantize identically; where MUFU.RCP is one ulp off, a code changes only when x·448/amax
     sits on an e4m3 rounding midpoint (x = amax·j/256: one of the 20 such significands here)."""
     m = np.arange(128)

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from spec.layer import StackedWeights, moe_layer, quant_448_div_amax
+from spec.layer import StackedWeights, moe_layer
 from spec.numerics import E4M3FN, decode
+from spec.quant import quant_448_div_amax
 from spec.recipes import FUSED_TOPK_DEEPSEEK, MONO_MOE, Recipe
 from spec.routing import route
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from difftest import campaign, cli, fixtures, generate, impl_spec, interface, presets, report, rundir
+from difftest import campaign, fixtures, generate, impl_spec, interface, presets, report, run, rundir
 from difftest.case import CONFIGS, Case, MoEConfig, QuantConfig, RoutingConfig
 from difftest.check import Result
 
@@ -68,7 +68,7 @@ def write_run(out):
     path = fixtures.write(out / "fixtures", case, "torch", torch_impl, recipe,
                           {"status": result.status, "ratio": result.ratio, "message": result.message},
                           impl_spec.expected(case, generate.inputs(case), recipe))
-    summary = cli.summarize(out)
+    summary = run.summarize(out)
     # the replay line as cli writes it, from a deep run directory: one long unbreakable word the page must wrap
     deep = "/".join(["campaigns-of-a-long-named-gpu-host"] * 8)
     finding = {"impl": "torch", "op": "moe", "fixture": str(path),

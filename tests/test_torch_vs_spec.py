@@ -5,28 +5,16 @@ Inputs come from difftest/generate.py (PCG64 bits + exact transforms, determinis
 configuration is drawn by Hypothesis. The two sides were written independently, so every agreement here is
 evidence. Tolerances are derived, never typed in:
 
-* Every fp32 operation is fl(v) = v(1 + ε) + η, |ε| ≤ u, |η| ≤ min_subnormal/2 (η only for a subnormal result,
-  additions exact there): each bound below has a relative part and an absolute one, so a score that underflows
-  costs an absolute min_subnormal, never an infinite relative error.
-* Routing keys. A key computed in fp32 by either side is within δ_side of the exact key: raw logits exactly;
-  a sigmoid rounded once from float64 within u·|s| + min_subnormal/2; a softmax (the spec's stepwise fp32:
-  x − max, exp, n-term sum, divide) within r·p + a. There θ = expm1(u·min(|x − max|, 105))·(1 + u) + u bounds
-  exp's relative error (the rounded x − max, then exp's own u); beyond |x − max| = 105 exp underflows on both
-  sides, within 2·min_subnormal absolutely. The sum, whose largest term is exactly 1, is within
-  σ = θ + γ_{n−1}(1 + θ) + 2n·min_subnormal·(1 + γ) relatively; the divide gives r = (1 + (θ + σ)/(1 − σ))(1 + u) − 1
-  and a = 2·min_subnormal(1 + u)/(1 − σ) + min_subnormal/2. A biased key adds one rounding u·|s + b|; a top-2
-  group score adds 2δ + u·|g|. δ = δ_spec + δ_torch bounds |key_spec − key_torch|. A token whose spec margin
-  exceeds 2δ must get the spec's id set; elsewhere torch's ids must be a valid selection (no selected key
-  below a rejected one by more than 2δ).
-* Routing weights are always compared at torch's ids (the spec recomputes its formula with ``ids=``). Each
-  side's score is within r·s + a of the exact s (above); the rsf multiply is one more rounding; a
-  renormalization over the k ids (k − 1 additions and + eps: γ_k relatively, k·a absolutely) by interval
-  arithmetic: the quotient lies in [(n(1 − r) − a)/Σ_hi, (n(1 + r) + a)/Σ_lo], then the divide's and the rsf
-  multiply's roundings. A token with Σ_lo ≤ 0 has a denominator that may vanish (0/0 = NaN on one side, a
-  number on the other): nothing bounds its weights, and it is excluded (counted as a Hypothesis event). Fused
-  shared experts: Σ w/rsf. A bf16 write adds u_bf16·(|v| + e) + half its min subnormal. Both sides are within
-  e of the exact v, so spec vs torch 2e. Every bound must be a finite number wherever the two sides differ
-  (difftest.compare.elementwise fails otherwise).
+* Routing: the error analysis of spec/bounds.py, the one compare.py applies to every implementation, against the
+  float64 ideal of spec.routing (ideal_keys, ideal_scores). Each side's fp32 key is within δ
+  (bounds.routing_key_delta) of the ideal key, so the two are 2δ apart: a token whose spec margin exceeds twice
+  that must get the spec's id set; elsewhere torch's ids must be a valid selection (no selected key below a
+  rejected one by more than 2·2δ), group scores likewise (bounds.routing_group_delta).
+* Routing weights are always compared at torch's ids (the spec recomputes its formula with ``ids=``), within the
+  hard bound between two implementations (bounds.routing_weight_bound) plus twice the underflow allowance
+  (bounds.routing_underflow). A token whose renormalizing denominator may vanish (0/0 = NaN on one side, a number
+  on the other) is not compared (counted as a Hypothesis event). Every bound must be a finite number wherever the
+  two sides differ (difftest.compare.elementwise fails otherwise).
 """
 
 import math
@@ -44,30 +32,20 @@ from difftest.impl_torch import expert_tensors
 from spec import bounds, layouts
 from spec import quant as sq
 from spec import routing as sr
-from spec.layer import moe_layer
-from spec.numerics import BF16, E2M1, FP32, encode
+from spec.layer import StackedWeights, moe_layer
+from spec.numerics import E2M1, encode
 from spec.recipes import HOST_QUANT_VARIANTS, Recipe
 
-U = FP32.unit_roundoff
-TINY = FP32.min_subnormal
-F64 = 2.0**-50  # the float64 reference's own relative error, generously
-D_UNDERFLOW = 105.0  # exp(x − max) below e^{-105(1 - u)} < 2^-150 rounds to 0 (or one subnormal) on either side
-GROUPED = ("deepseek_v3", "deepseek_v2")
-BIASED = ("deepseek_v3", "minimax2")
-RAW = ("renormalize", "topk", "llama4", "topk_sigmoid")
-SOFTMAX = ("default", "renormalize_naive", "deepseek_v2")
-RENORMALIZING = ("renormalize", "renormalize_naive", "minimax2")  # always; + renormalize flag methods below
-FLAG_RENORM = ("deepseek_v3", "deepseek_v2", "sigmoid_renorm")
+GROUPED = sr.GROUPED_METHODS  # the method facts: spec.routing.METHODS
+BIASED = sr.BIASED_METHODS
+RAW = sr.RAW_KEY_METHODS
+SOFTMAX = sr.SOFTMAX_METHODS
 FINITE_ROUTING_DISTS = gen.ROUTING_DISTS
 FINITE_QUANT_DISTS = tuple(d for d in gen.QUANT_DISTS if d != "nonfinite")
 TORCH_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def gamma(n, u):
-    return n * u / (1 - n * u) if n * u < 1 else math.inf
 
 
 def as_torch(a, dtype="fp32"):
@@ -134,57 +112,25 @@ def run_torch_routing(d):
     return ids.numpy(), w.numpy()
 
 
-def _sigmoid64(x):
-    with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-x))
-
-
-def _softmax64(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def softmax_error(rows):
-    """(r [T, 1], a [T, 1]): one side's stepwise fp32 softmax over rows [T, n] is within r·p + a of the exact p
-    (module docstring: θ, σ)."""
-    n = rows.shape[-1]
-    spread = np.abs(rows - rows.max(axis=-1, keepdims=True)).max(axis=-1, keepdims=True)
-    theta = np.expm1(U * np.minimum(spread, D_UNDERFLOW)) * (1 + U) + U
-    g = gamma(n - 1, U)
-    sigma = theta + g * (1 + theta) + 2 * n * TINY * (1 + g)
-    r = (1 + (theta + sigma) / (1 - sigma)) * (1 + U) - 1 + F64
-    return r, 2 * TINY * (1 + U) / (1 - sigma) + TINY / 2
+def recipe_of(d):
+    """The spec's fp32 routing as the draw configures it (spec.recipes.Recipe): both sides follow it."""
+    return Recipe(name="spec", bias=d["bias_dtype"], routing_weights=d["weights_dtype"], renorm_order=d["renorm_order"])
 
 
 def keys_and_delta(d):
     """Exact (float64) selection keys [T, E], group scores [T, G] or None, and δ, δ_group [T]: the bound on
-    |spec key − torch key| (module docstring)."""
-    x, method, G = d["logits"].astype(np.float64), d["method"], d["n_group"]
-    T, E = x.shape
-    if method in RAW:
-        keys, dk = x, np.zeros_like(x)
-    elif method in SOFTMAX:
-        keys = _softmax64(x)
-        r, a = softmax_error(x)
-        dk = 2 * (r * keys + a)
-    else:
-        keys = _sigmoid64(x)
-        dk = 2 * ((U + F64) * keys + TINY / 2)
-        if method in BIASED and d["bias"] is not None:
-            b = d["bias"].astype(np.float64)
-            if d["bias_dtype"] == "bf16":
-                b = gen.round_bf16(b).astype(np.float64)
-            keys = keys + b
-            dk = dk + 2 * U * (np.abs(keys) + dk)
-    delta = dk.max(axis=-1, initial=0.0)
+    |spec key − torch key|, twice each side's (module docstring)."""
+    x, method, b = d["logits"], d["method"], d["bias"]
+    if b is not None and d["bias_dtype"] == "bf16":
+        b = gen.round_bf16(b.astype(np.float64)).astype(np.float64)
+    rule = sr.group_rule(method, "method", d["bias"] is not None)
+    keys, gkeys = sr.ideal_keys(x, b, method=method, n_group=d["n_group"], group_score=rule)
+    scores = keys if b is None else sr.ideal_keys(x, method=method)[0]
+    delta = bounds.routing_key_delta(x, scores, sr.METHODS[method].keys, recipe_of(d), None if b is None else keys)
     assert np.isfinite(delta).all(), f"routing key bound δ={delta} is not finite"
-    if G == 1:
-        return keys, None, delta, np.zeros(T)
-    top = -np.sort(-keys.reshape(T, G, E // G), axis=-1)
-    if method == "deepseek_v3":
-        g = top[..., 0] + top[..., 1]
-        return keys, g, delta, 2 * delta + 2 * U * np.abs(g).max(axis=-1)
-    return keys, top[..., 0], delta, delta
+    if gkeys is None:
+        return keys, None, 2 * delta, np.zeros(len(keys))
+    return keys, gkeys, 2 * delta, 2 * bounds.routing_group_delta(gkeys, delta, rule == "top2_sum", recipe_of(d))
 
 
 def invalid_selection(ids, keys, gkeys, delta, gdelta, d):
@@ -228,74 +174,31 @@ def kept_groups(d, robust):
     spec's group decision is robust (margin > 2δ_group), so that both sides keep them; elsewhere every group,
     since either side may keep another near-tied one and its ids then lie in the groups it kept."""
     G, tg = d["n_group"], d["topk_group"]
-    p = _softmax64(d["logits"].astype(np.float64))
-    score = p.reshape(len(p), G, p.shape[1] // G).max(axis=-1)
+    _, score = sr.ideal_keys(d["logits"], method="deepseek_v2", n_group=G, group_score="max")
     best = np.argsort(-score, axis=-1, kind="stable")[:, :tg]
     kept = np.zeros(score.shape, bool)
     np.put_along_axis(kept, best, True, axis=-1)
     return kept | ~robust[:, None]
 
 
-def score_error(d, ids, robust_groups):
-    """(s [T, k] the exact scores at ids, r, a): one side's fp32 score is within r·s + a of s. deepseek_v2's
-    score is q: p in a kept group, group_mask_value in the others (exactly, on both sides)."""
-    x, method = d["logits"].astype(np.float64), d["method"]
-    at = np.take_along_axis(x, ids, axis=-1)
-    if method in SOFTMAX:
-        p = np.take_along_axis(_softmax64(x), ids, axis=-1)
-        if method == "deepseek_v2" and d["n_group"] > 1:
-            kept = np.take_along_axis(kept_groups(d, robust_groups), ids // (x.shape[1] // d["n_group"]), axis=-1)
-            p = np.where(kept, p, d["group_mask_value"])
-        return (p, *softmax_error(x))
-    if method == "renormalize":  # the softmax over the k picks
-        return (_softmax64(at), *softmax_error(at))
-    if method == "topk":
-        return at, 0.0, 0.0
-    return _sigmoid64(at), U + F64, TINY / 2  # a sigmoid: the float64 value rounded once
-
-
-def weight_error(d, ids, robust_groups):
-    """(v [T, k] the exact weights at ids, e [T, k]: one side's fp32 weight is within e of v, degenerate [T]:
-    the fp32 renormalizing denominator may vanish, so nothing bounds those weights) (module docstring)."""
-    method, k = d["method"], ids.shape[1]
-    rsf = 1.0 if d["routed_scaling_factor"] is None else d["routed_scaling_factor"]
-    s, r, a = score_error(d, ids, robust_groups)
-    if not (method in ("renormalize_naive", "minimax2") or (d["renormalize"] and method in FLAG_RENORM)):
-        v = s * rsf  # the rsf multiply
-        return v, rsf * (r * np.abs(s) + a) * (1 + U) + U * np.abs(v) + TINY / 2, np.zeros(len(s), bool)
-    D = s.sum(axis=-1, keepdims=True) + d["eps"]
-    g = gamma(k, U)  # k − 1 additions and + eps
-    low = D * (1 - r) * (1 - g) - k * a * (1 + g)
-    high = D * (1 + r) * (1 + g) + k * a * (1 + g)
-    degenerate = ~(low[:, 0] > 0)
-    low, D = np.where(low > 0, low, 1.0), np.where(D > 0, D, 1.0)
-    scale_first = d["renorm_order"] == "scale_then_divide"
-    if scale_first:  # fl(fl(s·rsf)/Σ)
-        num, rn, an = rsf * s, (1 + r) * (1 + U) - 1, rsf * a * (1 + U) + TINY / 2
-    else:  # fl(fl(s/Σ)·rsf)
-        num, rn, an = s, r, a
-    q = num / D
-    eq = np.maximum((num * (1 + rn) + an) / low - q, q - np.maximum(num * (1 - rn) - an, 0) / high)
-    e = eq * (1 + U) + U * q + TINY / 2  # the divide
-    if not scale_first:
-        e, q = rsf * e * (1 + U) + U * rsf * q + TINY / 2, rsf * q
-    return q, e, degenerate
-
-
-def weight_bound(d, ids, columns, robust_groups):
-    """(bound [T, columns] on |torch weight − spec weight| at the same routed ids [T, k], degenerate [T]): both
-    sides within e of the exact v, so 2e apart; shared columns Σ w / rsf; the write in weights_dtype."""
-    v, e, degenerate = weight_error(d, ids, robust_groups)
-    k, S = ids.shape[1], columns - ids.shape[1]
-    if S:
-        rsf = 1.0 if d["routed_scaling_factor"] is None else d["routed_scaling_factor"]
-        total = v.sum(axis=1, keepdims=True) / rsf
-        e_total = (e.sum(axis=1, keepdims=True) + gamma(k - 1, U) * (v + e).sum(axis=1, keepdims=True)) / rsf
-        v = np.concatenate([v, np.repeat(total, S, axis=1)], axis=1)
-        e = np.concatenate([e, np.repeat(e_total * (1 + U) + U * total + TINY / 2, S, axis=1)], axis=1)
-    if d["weights_dtype"] == "bf16":
-        e = e + BF16.unit_roundoff * (np.abs(v) + e) + BF16.min_subnormal / 2
-    return 2 * e + F64 * np.abs(v), degenerate
+def weight_bound(d, want, ids, robust_groups):
+    """(bound [T, columns] on |torch weight − spec weight| at the same routed ids [T, k], degenerate [T]): the
+    hard bound between two implementations at the spec's weights `want` (shared columns included), plus twice
+    the underflow allowance at the ideal scores of `ids` (deepseek_v2: group_mask_value where the spec's group
+    decision is robust and drops the group, as both sides then score it)."""
+    x, method, k = d["logits"], d["method"], ids.shape[1]
+    E, rsf = x.shape[1], 1.0 if d["routed_scaling_factor"] is None else d["routed_scaling_factor"]
+    s = sr.ideal_scores(x, method=method, ids=ids)
+    if method == "deepseek_v2" and d["n_group"] > 1:
+        kept = np.take_along_axis(kept_groups(d, robust_groups), ids // (E // d["n_group"]), axis=-1)
+        s = np.where(kept, s, d["group_mask_value"])
+    renorm = sr.renormalizes(method, d["renormalize"])
+    absolute, degenerate = bounds.routing_underflow(s, sr.METHODS[method].scores, renorm, recipe_of(d), E, rsf,
+                                                    d["eps"])
+    bound = bounds.routing_weight_bound(want, recipe_of(d), E, k, rsf, logits=x, method=method, ids=ids,
+                                        renormalize=d["renormalize"], eps=d["eps"])
+    bound[:, :k] += np.where(degenerate[:, None], 0.0, 2 * absolute)
+    return bound, degenerate
 
 
 def compare_weights(d, spec, ids, w):
@@ -316,7 +219,7 @@ def compare_weights(d, spec, ids, w):
         excluded = ~robust_groups & (d["group_mask_value"] == 0) & (w[:, :k] == 0).any(axis=1)
         if excluded.any():
             event("weights of a token not compared: deepseek_v2 group near-tie with a 0-weighted id")
-    bound, degenerate = weight_bound(d, routed, w.shape[1], robust_groups)
+    bound, degenerate = weight_bound(d, want, routed, robust_groups)
     if degenerate.any():
         event("weights of a token not compared: its fp32 renormalizing denominator may vanish")
     keep = ~(degenerate | excluded)[:, None]
@@ -353,8 +256,9 @@ UNDERFLOWING = [  # scores far below fp32's subnormals: the old relative-only bo
 def test_weight_bound_stays_finite_and_tight_where_scores_underflow(d):
     spec = sr.route(d["logits"], d["bias"], **options(d))
     ids, w = run_torch_routing(d)
-    k = d["top_k"]
-    bound, degenerate = weight_bound(d, ids[:, :k].astype(np.int64), w.shape[1], np.ones(len(w), bool))
+    routed = ids[:, :d["top_k"]].astype(np.int64)
+    want = sr.route(d["logits"], d["bias"], **{**options(d), "ids": routed}).weights
+    bound, degenerate = weight_bound(d, want, routed, np.ones(len(w), bool))
     assert np.isfinite(bound).all() and not degenerate.any(), bound
     compare_weights(d, spec, ids, w)
     with pytest.raises(AssertionError, match="weights"):  # and it can fail: twice the bound off
@@ -664,3 +568,31 @@ def test_shared_expert_weight_convention_torch_equals_spec(rule):
         np.testing.assert_array_equal(got.numpy(), want)
         if logits[0, 0] == -200:
             assert (want[:, -2:] == (1.0 if rule == "one" else 0.0)).all()
+
+
+@pytest.mark.parametrize("device", [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_layer_swiglu_within_the_recipe_bound_of_float64(device):
+    """torch's bf16 SwiGLU layer within |torch − spec| + |spec − ideal| of the float64 ideal at torch's ids: the
+    spec's hard bound for torch's declared recipe plus that recipe's own error (spec/bounds.py, the shadows the
+    spec's layer carries); a gate/up swap of the weights lands outside it."""
+    g = np.random.Generator(np.random.PCG64(8))
+    T, E, H, I = 8, 8, 64, 32
+    x, w13, w2 = (torch.tensor(g.standard_normal(shape) / scale).bfloat16()
+                  for shape, scale in (((T, H), 1), ((E, 2 * I, H), 8), ((E, H, I), 8)))  # in this order
+    logits = torch.tensor(g.standard_normal((T, E)), dtype=torch.float32)
+    routing = dict(method="renormalize", top_k=3)
+    kw = dict(routing=routing, activation="swiglu")
+    res = te.moe_layer(x.to(device), logits.to(device), None, {"w13": w13.to(device), "w2": w2.to(device)}, **kw)
+    ids = res.ids.cpu().numpy()
+    recipe = Recipe(**te.RECIPE["bf16"])
+    weights = StackedWeights({"w13": w13.float().numpy(), "w2": w2.float().numpy()})
+    args = (x.float().numpy(), logits.numpy(), None, weights)
+    spec = moe_layer(*args, recipe=recipe, ids=ids, **kw)
+    ideal = moe_layer(*args, ids=ids, **kw).out
+    bound = bounds.bound_vs_recipe(spec, recipe)[0] + bounds.bound_vs_ideal(spec, recipe)
+    v = compare.elementwise("out vs float64", res.out.cpu().float().numpy(), ideal, bound, "torch bf16 swiglu")
+    assert v.ok, v.message
+    swapped = te.moe_layer(x, logits, None, {"w13": w13[:, torch.cat([torch.arange(I, 2 * I), torch.arange(I)])],
+                                             "w2": w2}, **kw)
+    assert (np.abs(swapped.out.float().numpy() - ideal) > bound).any()  # a gate/up swap is outside the bound

@@ -21,11 +21,12 @@ from difftest import check, fixtures, generate, impl_spec, known_bugs  # noqa: E
 from difftest.impl_torch import TORCH  # noqa: E402
 
 MODULE = "difftest.known_bugs"
+PREFIX = "bug:K"  # the models' registry names, bug:K01 ... (difftest/interface.py SELF_TEST)
 
 
 def provenance(bug):
     """Three lines the index reads back: the bug and what the fixture checks, the report, the model."""
-    return f"{bug.key}: {bug.checks}\nreport: {bug.provenance}\nmodel: {MODULE}:{bug.model}"
+    return f"{bug.key}: {bug.checks}\nreport: {bug.provenance}\nmodel: bug:{bug.model}"
 
 
 def record(root, bug):
@@ -40,7 +41,7 @@ def record(root, bug):
         raise SystemExit(f"{bug.key}: bug model {model.name} does not fail ({r.status}: {r.message})")
     recipe = model.recipe(bug.case)
     expected = impl_spec.expected(bug.case, generate.inputs(bug.case), recipe)
-    return fixtures.write(root, bug.case, f"{MODULE}:{bug.model}", model, recipe,
+    return fixtures.write(root, bug.case, f"bug:{bug.model}", model, recipe,
                           {"status": r.status, "ratio": r.ratio, "message": r.message}, expected,
                           status="open", provenance=provenance(bug), id=model.name.split(":", 1)[1])
 
@@ -48,7 +49,7 @@ def record(root, bug):
 def remove_stale(root, keep):
     for path in fixtures.discover(root):
         meta = json.loads((path / "case.json").read_text())
-        if meta["impl"]["ref"].startswith(MODULE + ":") and path not in keep:
+        if meta["impl"]["ref"].startswith((PREFIX, MODULE + ":")) and path not in keep:
             shutil.rmtree(path)
             print(f"removed stale {path.name}")
 

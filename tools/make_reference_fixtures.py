@@ -54,7 +54,7 @@ FINDINGS = (
             "and any resolution of those ties is valid",
             Case("routing", RoutingConfig(method="deepseek_v2", num_tokens=4, num_experts=8, top_k=4, n_group=4,
                                           topk_group=2, group_mask_value=0.0), "large", 0),
-            "difftest.tie_orders:REVERSED_TIES",
+            "tie_order:reversed",
             "sgl-project/sglang python/sglang/srt/layers/moe/topk.py grouped_topk (masked_fill(~score_mask, 0.0), "
             "torch.topk with no tie order). The comparator rejected ids[0]=[3, 5, 6, 7] as 'groups [1, 2, 3] are "
             "not among the 2 best', a rule that would reject the spec's own answer under another tie order.",

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cases  # noqa: E402
 
 from impls.flashinfer import adapter  # noqa: E402
-from spec.layer import quant_448_div_amax  # noqa: E402
+from spec.quant import quant_448_div_amax  # noqa: E402
 
 TEMP_FP8, SCALE, SCALE_ALT, ROWS, N = 16384, 53248, 121088, 72, 512
 

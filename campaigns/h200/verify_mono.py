@@ -2,7 +2,7 @@
 
 python campaigns/h200/verify_mono.py RUNDIR [N_CASES [PROCS]]. Reads mono_a.npz / mono_b.npz (bf16 output bits,
 record.py); cases regenerate from seeds (cases.py). Two recipe-exact references: the recipe's own (the tensor
-core's block sums emulated bit-exactly, spec.quant.hopper_fp8_step; tight hard bound) and exact block sums (the
+core's block sums emulated bit-exactly, spec.hopper.hopper_fp8_step; tight hard bound) and exact block sums (the
 bound then covers any Hopper accumulation). For each: relative L2 error, the fraction of elements within the
 hard bound, max / p99 of |gpu − spec| / hard bound; and the relative L2 error vs the float64 ideal.
 """

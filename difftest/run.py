@@ -1,0 +1,494 @@
+"""`python -m difftest fuzz`'s campaign: arguments checked before anything loads, worker processes over the
+(implementation, op) cells, a time budget, a clean stop on SIGINT/SIGTERM, the run directory's rows merged and
+summarized (format: difftest/rundir.md), and the summary lines."""
+
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from . import fixtures, interface
+from .case import OPS
+from .isolation import atomic_write_text
+from .usage import UsageError, finite, free_dir
+
+DEFAULT_BUDGET_S = 120
+SLICE_S = 8.0  # seconds per turn of one (implementation, op) cell in a timed campaign
+PROGRESS_EVERY_S = 10
+STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM: workers finish their case, then get SIGTERM, then SIGKILL
+# Workers stop at the budget themselves (campaign.fuzz_cell's deadline, checked before each example; a failure
+# being shrunk is recorded as shrunk so far). Past the budget by OVERRUN_S they are stopped like on SIGTERM: a
+# case in flight, or Hypothesis' target optimiser spinning on cached examples without calling the test.
+OVERRUN_S = 5.0
+MAX_WORKERS = 256  # a typo like --workers 20000 must not fork-bomb the machine
+
+
+def _default_impls():
+    """torch on CPU plus every available GPU implementation."""
+    refs = ["torch"]
+    for name, _, _, reason in interface.listing():
+        if reason is None and name not in ("spec", "torch"):
+            refs.append(name)
+    return refs
+
+
+def campaign_cells(impl_refs, ops, model, filters=None):
+    """(impl, ref, op, configs) per implementation × op slice (campaign.slices), or per op around a model;
+    inside --where and the implementation's ``space`` (difftest/where.py)."""
+    from . import presets, where
+
+    found = []
+    for ref in impl_refs:
+        impl = interface.load(ref)
+        space = getattr(impl, "space", None)
+        inside = where.merge(filters or {}, {} if space is None else where.from_space(space, impl.name))
+        for op in (o for o in ops if o in impl.ops):
+            base = presets.configs(model, op) if model else None
+            if model and base is None:
+                continue
+            found += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base)]
+    return found
+
+
+def _interrupt(signum, frame):
+    from .campaign import Interrupted
+
+    raise Interrupted()
+
+
+def _worker(w, args, out, deadline, queue, stop):
+    from hypothesis.errors import Unsatisfiable
+
+    from . import campaign, presets
+
+    # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
+    # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
+    signal.signal(signal.SIGTERM, _interrupt)
+    found, record, op_seconds = [], None, Counter()
+    runners = campaign.Runners(out / "difftest-workers", args.timeout, args.first_timeout)
+    try:
+        cells = campaign_cells(args.impl, args.op, args.model, args.where)
+        cells = cells[w % len(cells) :] + cells[: w % len(cells)]
+        record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
+        db, local_db = args.db or str(out / "db"), out / "db"
+        campaign.warn_once_per(out / "difftest-workers" / "redis-warned")
+        common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
+                      stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None,
+                      known=set(args.known_signatures))  # grows with each finding: later ones must differ
+        if args.max_examples is None:
+            runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, local_db=local_db,
+                                        **common)
+        else:
+            runs = (
+                (cell, res)
+                for cell in cells
+                for res in campaign.until_no_new_finding(lambda i, cell=cell: campaign.fuzz_cell(
+                    *cell[:3], configs=cell[3], run_seed=args.seed * 64 + w + i * 1_000_003,  # i = 0: as before
+                    hypothesis_settings=campaign.cli_settings(args.max_examples, db, cell[0].name, local_db),
+                    **common))
+            )
+        unsatisfiable, last = set(), time.monotonic()
+        for (impl, _, op, configs), res in runs:
+            op_seconds[op] += time.monotonic() - last  # the wall time this cell's turn took, startup excluded
+            last = time.monotonic()
+            if res.unsatisfiable:
+                unsatisfiable.add(id(configs))
+            if res.finding:
+                found.append({"impl": impl.name, "op": op, "message": res.finding, "fixture": res.fixture,
+                              "signature": list(res.signature)})
+        if cells and len(unsatisfiable) == len(cells):
+            raise Unsatisfiable()
+        queue.put((w, found, None, dict(op_seconds)))
+    except campaign.Interrupted:
+        queue.put((w, found, None, dict(op_seconds)))
+    except Unsatisfiable:
+        queue.put((w, found, "no drawn configuration inside --where (and the implementation's space) meets "
+                             "the case constraints of difftest/case.py", dict(op_seconds)))
+    except Exception as e:  # reported by the parent as one line
+        queue.put((w, found, f"{type(e).__name__}: {e}", dict(op_seconds)))
+    finally:
+        runners.close()
+        if record is not None:
+            record.close()
+
+
+def _count_lines(paths):
+    n = 0
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                n += sum(1 for _ in f)
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def _row(line):
+    """A case row (cases.jsonl.gz, cases-*.jsonl), or None for a line torn by a killed worker."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and {"op", "status", "message", "ratio", "case"} <= set(row) else None
+
+
+def this_run(out):
+    """(cases, compared, Counter of skip reasons) of the rows in the workers' cases-*.jsonl, before the merge:
+    this run's alone, whatever earlier runs left in cases.jsonl.gz."""
+    cases, skips = 0, Counter()
+    for p in out.glob("cases-*.jsonl"):
+        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+            cases += 1
+            skips.update([row["message"]] if row["status"] == "skip" else [])
+    return cases, cases - sum(skips.values()), skips
+
+
+def failures_by_signature(out):
+    """Counter of campaign.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
+    steps included): the cases behind each finding, known ones too."""
+    from .campaign import signature
+
+    n = Counter()
+    for p in out.glob("cases-*.jsonl"):
+        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+            if row.get("kind"):
+                n[signature(row["op"], row.get("impl", ""), row["kind"], row["message"])] += 1
+    return n
+
+
+def bias_cells(out):
+    """difftest/bias.py over this run's rows (cases-*.jsonl, before the merge): (the cells whose errors push one
+    way, [{impl, op, quant, cases, evidence, message}]; every cell's evidence, Monitor.cells_summary)."""
+    from .bias import Monitor
+
+    monitor = Monitor()
+    for p in sorted(out.glob("cases-*.jsonl")):
+        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+            monitor.add(row)
+    return monitor.findings(), monitor.cells_summary()
+
+
+def nothing_compared(cases, skips, limit):
+    """The one-line reason a campaign compared no case (exit 2); limit: what ended it."""
+    if cases:
+        top = "; ".join(f"{reason} ({n})" for reason, n in skips.most_common(2))
+        more = f"; {len(skips) - 2} more reasons" if len(skips) > 2 else ""
+        return f"fuzz compared no case: all {cases} cases were skipped: {top}{more}"
+    return f"fuzz compared no case: none ran ({limit})"
+
+
+def summarize(out):
+    """Merge cases-*.jsonl into cases.jsonl.gz (after the rows of earlier runs into the same directory, from
+    a plain cases.jsonl too; torn lines dropped and counted) and count (format: difftest/rundir.md). The
+    merged file replaces the old one atomically before the parts are removed: a kill in between can
+    duplicate rows, never lose them."""
+    from . import rundir
+
+    parts = sorted(out.glob("cases-*.jsonl"))
+    lines = rundir.read_lines(out) if rundir.cases_file(out) else []
+    for p in parts:
+        lines += p.read_text(errors="replace").splitlines()
+    rows, kept, torn = [], [], 0
+    for line in filter(str.strip, lines):
+        row = _row(line)
+        if row is None:
+            torn += 1
+            continue
+        rows.append(row)
+        kept.append(line + "\n")
+    rundir.write_lines(out, kept)
+    for p in parts:
+        p.unlink()
+    counts = {k: Counter() for k in ("op", "method", "activation", "quant", "dist", "impl")}
+    status, skips = Counter(), Counter()
+    ratio_max, worst = 0.0, None
+    for r in rows:
+        status[r["status"]] += 1
+        if r["status"] == "skip":
+            skips[r["message"]] += 1
+            continue
+        for k in counts:
+            if r.get(k) is not None:
+                counts[k][f"{r['op']}:{r[k]}" if k not in ("op", "impl") else r[k]] += 1
+        if r["status"] == "pass" and r["ratio"] is not None and r["ratio"] > ratio_max:
+            ratio_max, worst = r["ratio"], r["case"]
+    return {
+        "cases": len(rows),
+        "torn_lines": torn,
+        "status": dict(status),
+        "max_ratio_passing": ratio_max,
+        "max_ratio_case": worst,
+        "by": {k: dict(sorted(v.items())) for k, v in counts.items()},
+        "skips": dict(skips.most_common()),
+    }
+
+
+def fuzz(args):
+    """Check the arguments (a usage error before any implementation loads), then run the campaign."""
+    from . import campaign
+
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UsageError(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
+    if args.max_examples is not None and args.max_examples < 1:
+        raise UsageError(f"--max-examples must be >= 1, got {args.max_examples}")
+    finite(args.time_budget, "--time-budget", 0, True)
+    finite(args.timeout, "--timeout", 0, False)
+    finite(args.first_timeout, "--first-timeout", 0, False)
+    free_dir(args.out, "--out")
+    args.db = args.db or os.environ.get("DIFFTEST_DB") or None
+    if args.db and campaign.is_redis(args.db):
+        _redis_url(args.db)
+    else:
+        free_dir(args.db, "--db")
+    from . import where
+
+    args.where = where.merge(*(dict([where.parse(w)]) for w in args.where or []))
+    if args.model:  # before the implementations load (torch, kernel libraries): a typo fails at once
+        from . import presets
+
+        if args.model not in presets.PRESETS:
+            raise UsageError(f"unknown model {args.model!r}; known: {', '.join(sorted(presets.PRESETS))}")
+        presets.weight_seed(args.model)  # a bad DIFFTEST_WEIGHT_SEED: exit 2 before anything runs
+    args.known_signatures = set()
+    if args.known is not None:  # a directory of fixtures, read before the implementations load too
+        from .campaign import known_signatures
+
+        if not Path(args.known).is_dir():
+            raise UsageError(f"--known {args.known} must be a directory of fixtures")
+        try:
+            args.known_signatures = known_signatures(args.known)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # a case.json that is no fixture's
+            raise UsageError(f"--known {args.known}: a fixture's case.json is unreadable "
+                             f"({type(e).__name__}: {e})") from None
+    args.impl = args.impl or _default_impls()
+    args.op = args.op or list(OPS)
+    for ref in args.impl:
+        reason = interface.load(ref).available()
+        if reason:
+            raise UsageError(f"implementation {ref} is unavailable: {reason}")
+    if not campaign_cells(args.impl, args.op, args.model, args.where):
+        inside = f" inside --where {where.describe(args.where)}" if args.where else ""
+        raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")
+    out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    if args.db and campaign.is_redis(args.db):  # one warning line for the campaign, here or from one worker
+        (out / "difftest-workers").mkdir(exist_ok=True)
+        marker = out / "difftest-workers" / "redis-warned"
+        marker.unlink(missing_ok=True)
+        campaign.warn_once_per(marker)
+        campaign.redis_reachable(args.db)
+    return run_campaign(args, out)
+
+
+def drawn_inside(args):
+    """summary.json's record of what the campaign drew from (the report greys the rest): --where, each
+    implementation's declared space, and whether the NaN/Inf distributions were on (--special)."""
+    from . import where
+
+    spaces = {}
+    for ref in args.impl:
+        impl = interface.load(ref)
+        if getattr(impl, "space", None) is not None:
+            spaces[impl.name] = where.to_json(where.from_space(impl.space, impl.name))
+    return {"where": where.to_json(args.where), "spaces": spaces, "special": bool(args.special)}
+
+
+def finding_lines(findings):
+    """The FINDING lines of the summary. Two workers may record the same finding (signature) before either
+    knows of the other's: it is printed once, the second fixture on one line under it."""
+    groups = {}  # this run's findings by signature, in order of first appearance; earlier ones each alone
+    for i, f in enumerate(findings):
+        key = ("earlier", i) if f["earlier"] else tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
+        groups.setdefault(key, []).append(f)
+    lines = []
+    for first, *again in groups.values():
+        earlier = ", earlier" if first["earlier"] else ""
+        lines.append(f"FINDING [{first['op']}, {first['impl']}, {first['kind']}{earlier}] {first['message']}")
+        lines += [f"  (the same finding, recorded by another worker too: {f['fixture']})" for f in again]
+    return lines
+
+
+def distinct_findings(findings, per_signature):
+    """One entry per signature among the findings (two workers may record the same one): its first
+    fixture and this run's failing cases with that signature."""
+    out = {}
+    for f in findings:
+        sig = tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
+        if sig not in out:
+            out[sig] = {"signature": list(sig), "fixture": f["fixture"], "cases": per_signature.get(sig, 0)}
+    return list(out.values())
+
+
+def _redis_url(url):
+    """A redis://HOST:PORT[/N] URL the client accepts, and the client installed; else a one-line error."""
+    from . import campaign
+
+    try:
+        campaign.redis_client(url)
+    except ValueError as e:
+        raise UsageError(f"--db {e}") from None
+
+
+def _collect(procs, queue, stop, received, t0, budget, out):
+    """Results of the workers; after a stop request, SIGTERM then SIGKILL to those that outlast the grace."""
+    results, last, stopped_at, escalated = {}, time.monotonic(), None, 0
+    while len(results) < len(procs):
+        try:
+            w, found, error, op_seconds = queue.get(timeout=1.0)
+            results[w] = (found, error, op_seconds)
+        except Exception:  # queue.Empty (or a signal): print progress, escalate a stop, keep waiting
+            if not any(p.is_alive() for p in procs) and queue.empty():
+                break
+        now = time.monotonic()
+        if not stop.is_set() and now - t0 - budget > OVERRUN_S:
+            received.append(f"budget exceeded by {OVERRUN_S:.0f} s")
+            stop.set()
+        if stop.is_set() and stopped_at is None:
+            stopped_at = now
+            print(f"difftest: {received[0]}: stopping (findings are kept, summary follows)", file=sys.stderr)
+        if stopped_at is not None and escalated < 2 and now - stopped_at > STOP_GRACE_S * (escalated + 1):
+            for w, p in enumerate(procs):
+                if w not in results and p.is_alive():
+                    (p.terminate if escalated == 0 else p.kill)()
+            escalated += 1
+        if now - last >= PROGRESS_EVERY_S:
+            last = now
+            n = _count_lines(out.glob("cases-*.jsonl"))
+            progress = f"[{now - t0:6.0f}s/{budget:.0f}s] {n} cases, {len(procs)} workers"
+            print(progress, file=sys.stderr, flush=True)
+    for w, p in enumerate(procs):
+        p.join()
+        if w not in results:  # died without a word (the OOM killer, our SIGKILL)
+            results[w] = ([], None if stop.is_set() else f"worker {w} exited with code {p.exitcode}", {})
+    return results
+
+
+def _findings(reported, out):
+    """Findings reported by the workers (one per fixture), then every other fixture of the run directory
+    (written by a killed worker, recovered from a write-ahead log, or by an earlier run): "earlier"."""
+    seen, findings = set(), []
+    for f in reported:
+        if f["fixture"] is None or f["fixture"] not in seen:
+            seen.add(f["fixture"])
+            findings.append({**f, "earlier": False})
+    for path in fixtures.discover(out / "fixtures"):
+        if str(path) not in seen:
+            meta = json.loads((path / "case.json").read_text())
+            message = f"{meta['observed'].get('message')}\nreplay: python -m difftest replay {path}"
+            findings.append({"impl": meta["impl"]["name"], "op": meta["case"]["op"], "message": message,
+                             "fixture": str(path), "earlier": True})
+    for f in findings:
+        f["kind"] = _kind(f["fixture"])
+        if "signature" not in f:
+            f["signature"] = _signature(f["fixture"])
+    return findings
+
+
+def _signature(path):
+    from .campaign import fixture_signature
+
+    try:
+        return list(fixture_signature(json.loads((Path(path) / "case.json").read_text())))
+    except (TypeError, OSError, ValueError, KeyError, AttributeError):
+        return None
+
+
+def _kind(path):
+    try:
+        meta = json.loads((Path(path) / "case.json").read_text())
+        return meta.get("kind") or fixtures.kind_of(meta["observed"])
+    except (TypeError, OSError, ValueError, KeyError, AttributeError):  # no fixture (no --out) or unreadable
+        return None
+
+
+def run_campaign(args, out):
+    """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
+    workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
+    from . import campaign, merge, report
+
+    for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
+        print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)
+    budget = args.time_budget if args.time_budget is not None else DEFAULT_BUDGET_S
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")  # spawned workers inherit it: one pool per core, not one per worker
+    t0 = time.monotonic()
+    ctx = multiprocessing.get_context("spawn")
+    queue, stop, received = ctx.Queue(), ctx.Event(), []
+    procs = [ctx.Process(target=_worker, args=(w, args, out, t0 + budget, queue, stop))
+             for w in range(args.workers)]
+
+    def on_signal(signum, frame):
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the spawned workers (see _worker)
+    try:
+        for p in procs:
+            p.start()
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        results = _collect(procs, queue, stop, received, t0, budget, out)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    errors = [e for _, e, _ in results.values() if e]
+    findings = _findings([f for fs, _, _ in results.values() for f in fs], out)
+    op_seconds = sum((Counter(secs) for _, _, secs in results.values()), Counter())
+    ran, compared, skips = this_run(out)
+    per_signature = failures_by_signature(out)
+    biased, evidence = bias_cells(out)
+    summary = summarize(out)
+    summary.update(
+        {
+            "seconds": round(time.monotonic() - t0, 1),
+            "workers": args.workers,
+            "impls": args.impl,
+            "ops": args.op,
+            "model": args.model,
+            "seed": args.seed,
+            "findings": findings,
+            "worker_errors": errors,
+            "interrupted": received[0] if received else None,
+            "compared": compared,
+            "distinct_findings": distinct_findings(findings, per_signature),
+            "bias_findings": biased,
+            "bias_cells": evidence,
+            "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
+                               if sig in args.known_signatures],
+            **drawn_inside(args),
+            "host": merge.host_info(),
+            "seconds_by_op": {op: round(secs, 1) for op, secs in sorted(op_seconds.items())},
+        }
+    )
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    rate = summary["cases"] / max(summary["seconds"], 1e-9)
+    print(
+        f"{summary['cases']} cases in {summary['seconds']} s ({rate:.0f}/s): "
+        f"{', '.join(f'{n} {status}' for status, n in summary['status'].items()) or 'none ran'}; "
+        f"max passing error/bound {summary['max_ratio_passing']:.3g} (1.0 = exactly at the derived bound); "
+        f"run directory {out}"
+    )
+    for line in finding_lines(findings):
+        print(line)
+    distinct = summary["distinct_findings"]
+    if distinct:
+        print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field):")
+        for d in distinct:
+            print(f"  [{', '.join(d['signature'])}] {d['cases']} failing cases, fixture {d['fixture']}")
+    for b in biased:
+        print(f"FINDING [{b['op']}, {b['impl']}, bias] {b['cases']} cases: {b['message']}")
+    for k in summary["known_failures"]:
+        print(f"known (--known): [{', '.join(k['signature'])}] {k['cases']} failing cases, not reported again")
+    print(report.maybe_render(out))
+    if errors:
+        raise UsageError(f"worker failed: {errors[0]}")
+    if not findings and not biased and not compared:  # a campaign that compared nothing is no clean run
+        limit = (f"stopped by {received[0]}" if received else f"--time-budget {budget:g} s"
+                 if args.max_examples is None else f"--max-examples {args.max_examples}")
+        raise UsageError(nothing_compared(ran, skips, limit))
+    return 1 if findings or biased else 0
