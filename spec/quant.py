@@ -11,7 +11,6 @@ import numpy as np
 
 from .hopper import HOPPER_CHUNK as HOPPER_CHUNK  # the device model lives in spec/hopper.py; old names kept
 from .hopper import HOPPER_FRACTION_BITS as HOPPER_FRACTION_BITS
-from .hopper import MUFU_RCP_BF16_ULPS as MUFU_RCP_BF16_ULPS
 from .hopper import _hopper_block_sums, hopper_rcp
 from .hopper import hopper_fp8_step as hopper_fp8_step
 from .numerics import E2M1, E4M3FN, E8M0, decode, encode
@@ -85,13 +84,16 @@ def ue8m0_ceil_log2(s):
 
 def _scaled(x, s, amax, variant):
     """x/s in the formulation `variant` names (docs/semantics.md §2.2): each operation one fp32 rounding;
-    "mul_448_div_amax" is 448/amax as CUDA's fast math evaluates it, fl(448·MUFU.RCP(amax)) (hopper_rcp)."""
+    "mul_448_div_amax" is 448/amax as CUDA's fast math evaluates it, fl(448·MUFU.RCP(amax)) (hopper_rcp), and
+    "mul_mufu_rcp_scale" x/s as it evaluates it, fl(x·MUFU.RCP(s))."""
     if variant == "div":
         return x / s
     if variant == "mul_rcp_scale":
         return x * (np.float32(1) / s)
     if variant == "mul_448_div_amax":
         return x * (FP8_MAX * hopper_rcp(amax))
+    if variant == "mul_mufu_rcp_scale":
+        return x * hopper_rcp(s)
     return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
 
 
