@@ -396,7 +396,7 @@ def test_mufu_rcp_table_agrees_with_the_bf16_probe_and_its_own_counts():
     ulps = mufu_rcp_ulps()
     assert ulps.shape == (1 << 23,)
     assert "".join("-0+"[d + 1] for d in ulps[np.arange(128) << 16]) == SESSION2_BF16_RCP_ULPS
-    counts = dict(zip(*np.unique(ulps, return_counts=True)))
+    counts = dict(zip(*np.unique(ulps, return_counts=True), strict=True))
     assert counts == {-1: 374_723, 0: 7_280_086, 1: 733_799}
     assert mufu_rcp_ulps() is ulps  # read once
 
