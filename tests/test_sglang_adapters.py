@@ -414,3 +414,30 @@ def test_the_h200s_one_code_quant_findings_match_the_full_rcp_table():
             counts[verdict] = counts.get(verdict, 0) + 1
     assert counts == {"fail, now bit-exact": 187, "fail, now matches count and first code": 26,
                       "pass, still passes": 600}, counts
+
+
+def test_the_traced_v1_ue8m0_mechanism_reproduces_the_h200s_verdicts():
+    """Fixture sglang-per_token_group_quant_8bit_v1-ue8m0_exponent_plus_one's mechanism (docs/sglang.md §8): v1's
+    exp2f(ceilf(log2f(max(s, 1e-10)))) and byte (int)log2f(y_s) + 127 with fast-math MUFU.LG2
+    (campaigns/h200/s5_v1_ue8m0_model.py) gives the H200's verdict and message on the first 600 v1 UE8M0 cases of
+    session 4's last call; a correctly rounded log2 would not."""
+    import gzip
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    h200 = Path(__file__).resolve().parents[1] / "campaigns" / "h200"
+    loader = importlib.util.spec_from_file_location("s5_v1_ue8m0_model", h200 / "s5_v1_ue8m0_model.py")
+    model = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(model)
+    with gzip.open(h200 / "s4_call4" / "cases_q1_ue8m0.jsonl.gz", "rt") as f:
+        lines = [json.loads(next(f)) for _ in range(600)]
+    verdicts = [model.predict(line) for line in lines]
+    assert set(verdicts) == {"reproduced, fail", "reproduced, pass"}, set(verdicts)
+    assert verdicts.count("reproduced, fail") == 486  # and 114 passes
+    exact_lg2 = model.mufu_lg2
+    model.mufu_lg2 = lambda s: np.log2(np.asarray(s, np.float64)).astype(np.float32)
+    try:
+        assert sum(model.predict(line).endswith("differs") for line in lines) > 100
+    finally:
+        model.mufu_lg2 = exact_lg2
