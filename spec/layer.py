@@ -257,7 +257,8 @@ def _rcp_exact(x, group):
 def quant_448_div_amax(x, group):
     """mono_moe's quantizer per (row, `group` columns): NaN → 0, then per_token_group_quant_fp8 with variant
     "mul_448_div_amax" (amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)), q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))),
-    rcp the device's reciprocal: quant.hopper_rcp, the measured MUFU.RCP of every fp32 amax). [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
+    rcp the device's reciprocal: quant.hopper_rcp, the measured MUFU.RCP of every fp32 amax).
+    [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
     x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
     return per_token_group_quant_fp8(x, group, eps=QUANT_EPS, variant="mul_448_div_amax", scale_formula="mul_rcp448")
 
