@@ -1,10 +1,14 @@
 """The measured Hopper (H200) device model: what the GPU computes where it is not IEEE round-to-nearest.
 
 MUFU.RCP's reciprocal (what CUDA emits for x/y under -use_fast_math) as a table of its deviation from RN(1/x)
-per bf16 significand, and the FP8 tensor core's WGMMA step (its truncating e8m13 accumulator) with the block
-sums of a block-scaled GEMM built from it. Every fact here was measured bit-exactly on an H200
+per fp32 significand (spec/data/), and the FP8 tensor core's WGMMA step (its truncating e8m13 accumulator) with
+the block sums of a block-scaled GEMM built from it. Every fact here was measured bit-exactly on an H200
 (campaigns/h200/results.md); spec/quant.py's quantizers and block_scaled_gemm(acc="hopper_fp8") use them.
 """
+
+import functools
+import lzma
+from pathlib import Path
 
 import numpy as np
 
@@ -31,25 +35,40 @@ def _truncate(x, e):
     return np.trunc(x / q) * q
 
 
-# MUFU.RCP (rcp.approx.ftz.f32, what CUDA emits for x/y under -use_fast_math) minus RN(1/x), in ulps, for each
-# bf16 significand 1.m (m = 0..127): measured on an H200 for every positive bf16 x; it depends on the
-# significand only (0 conflicts over 985,767 fp32 significands). campaigns/h200/div_probe.cu, results.md.
-MUFU_RCP_BF16_ULPS = ("0000-0+0000-0+000000-0-00000000000000++000000000000+000000000+000++00000000000000+000000000+"
-                      "00000000000000000+00000++0+00+00000-")
+# MUFU.RCP (rcp.approx.ftz.f32, what CUDA emits for x/y under -use_fast_math) minus RN(1/x), in ulps of the result,
+# for each of the 2^23 fp32 significands: measured on an H200 (campaigns/h200/mufu_rcp_table.cu; it agrees with the
+# session-2 bf16 probe at the 128 bf16 significands). The deviation is a function of the significand alone, -1, 0
+# or +1 (every normal x of both signs whose 1/x is normal: 0 conflicts, campaigns/h200/mufu_exhaustive.cu). Stored
+# 2 bits per significand, xz-compressed: byte m // 4 holds significand m's deviation + 1 in bits 2(m % 4)..+1.
+MUFU_RCP_TABLE = Path(__file__).parent / "data" / "mufu_rcp_ulps.bin.xz"
+_FP32_MIN_NORMAL_BITS = 0x00800000
+_RCP_NORMAL_MAX_BITS = 0x7E800000  # 2^126: above it 1/x is subnormal and FTZ returns 0
+_INF_BITS = 0x7F800000
 
 
-_MUFU_RCP_BF16_ULPS = np.array([{"-": -1, "0": 0, "+": 1}[c] for c in MUFU_RCP_BF16_ULPS], np.int32)
+@functools.cache
+def mufu_rcp_ulps():
+    """MUFU.RCP(x) - RN(1/x) in ulps, int8 [2^23], indexed by x's 23 fraction bits (read once from MUFU_RCP_TABLE)."""
+    packed = np.frombuffer(lzma.decompress(MUFU_RCP_TABLE.read_bytes()), np.uint8)
+    codes = (packed[:, None] >> np.array([0, 2, 4, 6], np.uint8)) & 3
+    if packed.size != 1 << 21 or np.any(codes == 3):
+        raise ValueError(f"{MUFU_RCP_TABLE}: not a table of 2^23 deviations in -1..1")
+    return codes.reshape(-1).astype(np.int8) - 1
 
 
 def hopper_rcp(x):
-    """1/x as Hopper's MUFU.RCP returns it, for float32 x > 0 in the normal range: RN(1/x) moved by the
-    measured deviation of x's significand when x is a bf16 value (exact there); RN(1/x) otherwise (the device
-    is within ±1 ulp of it: 86.7 % equal, measured). -> float32."""
+    """1/x as Hopper's MUFU.RCP (rcp.approx.ftz.f32) returns it, for every float32 x: sign(x)·(RN(1/|x|) moved by
+    mufu_rcp_ulps()[significand of x] ulps) where x and 1/x are normal (bit-exact, measured); FTZ elsewhere (PTX
+    ISA): zero or subnormal x -> ±inf, |x| > 2^126 (1/x subnormal) or infinite -> ±0; NaN -> NaN. -> float32."""
     x = np.asarray(x, np.float32)
     bits = x.view(np.uint32)
-    rn = (np.float32(1) / x).view(np.int32)
-    dev = np.where(bits & 0xFFFF == 0, _MUFU_RCP_BF16_ULPS[(bits >> 16) & 0x7F], 0)
-    return (rn + dev).astype(np.int32).view(np.float32)
+    mag, sign = bits & 0x7FFFFFFF, bits & 0x80000000
+    with np.errstate(divide="ignore", over="ignore", under="ignore", invalid="ignore"):
+        rn = (np.float32(1) / np.abs(x)).view(np.int32)
+    out = (rn + mufu_rcp_ulps()[mag & 0x7FFFFF]).astype(np.uint32)
+    out = np.where(mag < _FP32_MIN_NORMAL_BITS, _INF_BITS, np.where(mag > _RCP_NORMAL_MAX_BITS, 0, out))
+    out = np.where(mag > _INF_BITS, 0x7FFFFFFF, out)
+    return (out.astype(np.uint32) | sign).view(np.float32)
 
 
 def hopper_fp8_step(c, a, w):

@@ -81,13 +81,16 @@ def ue8m0_ceil_log2(s):
 
 def _scaled(x, s, amax, variant):
     """x/s in the formulation `variant` names (docs/semantics.md §2.2): each operation one fp32 rounding;
-    "mul_448_div_amax" is 448/amax as CUDA's fast math evaluates it, fl(448·MUFU.RCP(amax)) (hopper_rcp)."""
+    "mul_448_div_amax" is 448/amax as CUDA's fast math evaluates it, fl(448·MUFU.RCP(amax)) (hopper_rcp), and
+    "mul_mufu_rcp_scale" x/s as it evaluates it, fl(x·MUFU.RCP(s))."""
     if variant == "div":
         return x / s
     if variant == "mul_rcp_scale":
         return x * (np.float32(1) / s)
     if variant == "mul_448_div_amax":
         return x * (FP8_MAX * hopper_rcp(amax))
+    if variant == "mul_mufu_rcp_scale":
+        return x * hopper_rcp(s)
     return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
 
 
@@ -311,8 +314,9 @@ def nvfp4_rows(x):
 
 
 def rcp_exact(x, group):
-    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor: hopper.hopper_rcp
-    then reproduces the device's reciprocal exactly (inputs of bf16 values, whose maxima are bf16 values)."""
+    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor (inputs of bf16
+    values). hopper.hopper_rcp is exact for every fp32 amax since it reads the whole measured table; the bound
+    still charges APPROX_DIVIDE elsewhere (conservative, as before the table)."""
     x = np.abs(np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf))
     amax = x.reshape(x.shape[0], -1, group).max(axis=-1)
     return bool(np.all((amax == 0) | ((amax >= QUANT_EPS) & (round_to(amax, "bf16") == amax))))
@@ -321,8 +325,8 @@ def rcp_exact(x, group):
 def quant_448_div_amax(x, group):
     """mono_moe's quantizer per (row, `group` columns): NaN → 0, then per_token_group_quant_fp8 with variant
     "mul_448_div_amax" (amax = max(|x|, 1e-10), s = fl(amax·fl(1/448)), q = e4m3_satfinite(fl(x·fl(448·rcp(amax)))),
-    rcp the device's reciprocal: hopper.hopper_rcp, exact for bf16 amax, i.e. the input quantizer; within ±1 ulp
-    otherwise, which the bounds cover). [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
+    rcp the device's reciprocal: hopper.hopper_rcp, the measured MUFU.RCP of every fp32 amax).
+    [M, K] -> (q uint8 [M, K], s float32 [M, K/group])."""
     x = np.where(np.isnan(x), np.float32(0), x).astype(np.float32)
     return per_token_group_quant_fp8(x, group, eps=QUANT_EPS, variant="mul_448_div_amax", scale_formula="mul_rcp448")
 

@@ -12,11 +12,12 @@ SIGMOIDS = ("exact", "expf", "tanh")
 EXPS = ("rn", "ex2")  # how exp is evaluated: correctly rounded, or CUDA fast-math __expf (spec/routing.py _exp)
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 # spec/quant.py per_token_group_quant_fp8: the three host formulations (correctly rounded operations, drawn by the
-# strategies) and the device one, x·fl(448·rcp(amax)) with the GPU's reciprocal (hopper.hopper_rcp), which only
-# implementations that declare it in their `space` are given (mono_moe, SGLang's fast-math quantizer).
+# strategies) and the device ones with the GPU's reciprocal (hopper.hopper_rcp), which only implementations that
+# declare them in their `space` are given: x·fl(448·rcp(amax)) (mono_moe, SGLang's v2 quantizer) and x·rcp(s)
+# (SGLang's v1 quantizer; quantizer only, no layer recipe uses it).
 HOST_QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
-QUANT_VARIANTS = (*HOST_QUANT_VARIANTS, "mul_448_div_amax")
-ACT_QUANT_VARIANTS = QUANT_VARIANTS
+ACT_QUANT_VARIANTS = (*HOST_QUANT_VARIANTS, "mul_448_div_amax")
+QUANT_VARIANTS = (*ACT_QUANT_VARIANTS, "mul_mufu_rcp_scale")
 REQUANT_GROUPS = (64, 128)
 SCALE_FORMULAS = ("div448", "mul_rcp448")
 GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")

@@ -1,6 +1,7 @@
 """spec/quant.py: hand examples, oracles (torch, math), error bounds, edge values (UE8M0, NaN, saturation)."""
 
 import importlib.util
+import json
 import math
 from fractions import Fraction
 from pathlib import Path
@@ -14,7 +15,7 @@ from within import assert_within
 
 from spec import quant
 from spec.bounds import accumulation
-from spec.hopper import MUFU_RCP_BF16_ULPS, hopper_block_sums, hopper_block_sums_reference, hopper_rcp
+from spec.hopper import hopper_block_sums, hopper_block_sums_reference, hopper_rcp, mufu_rcp_ulps
 from spec.numerics import E2M1, E4M3FN, E8M0, decode, round_to
 from spec.quant import (
     E4M3_VALUES,
@@ -125,7 +126,7 @@ def test_variants_differ_by_at_most_one_code_on_rare_elements():
 
 def test_device_reciprocal_variant_differs_where_mufu_does():
     """mul_448_div_amax is mul_rcp_amax with 1/amax taken from hopper.hopper_rcp: bf16 amax whose significand has a
-    0 in MUFU_RCP_BF16_ULPS quantize identically; where MUFU.RCP is one ulp off, a code changes only when x·448/amax
+    0 in the MUFU.RCP table quantize identically; where MUFU.RCP is one ulp off, a code changes only when x·448/amax
     sits on an e4m3 rounding midpoint (x = amax·j/256: one of the 20 such significands here)."""
     m = np.arange(128)
     amax = (1 + m / 128).astype(np.float32)  # every bf16 significand
@@ -135,7 +136,7 @@ def test_device_reciprocal_variant_differs_where_mufu_does():
     q_rn, s_rn = per_token_group_quant_fp8(x, 256, variant="mul_rcp_amax", scale_formula="mul_rcp448")
     q_dev, s_dev = per_token_group_quant_fp8(x, 256, variant="mul_448_div_amax", scale_formula="mul_rcp448")
     np.testing.assert_array_equal(s_dev, s_rn)
-    exact = np.array([c == "0" for c in MUFU_RCP_BF16_ULPS])
+    exact = mufu_rcp_ulps()[m << 16] == 0
     np.testing.assert_array_equal(q_dev[exact], q_rn[exact])
     assert (q_dev[~exact] != q_rn[~exact]).any(axis=1).sum() >= 1
 
@@ -156,10 +157,11 @@ def test_rejects_bad_input():
 
 def _roundings(variant, scale_formula):
     """fp32 roundings between x/s (s the returned scale) and the value handed to e4m3 rounding; the device
-    reciprocal of mul_448_div_amax (within 1 ulp of the correctly rounded one) counts as one more."""
+    reciprocal of mul_448_div_amax and mul_mufu_rcp_scale (within 1 ulp of the correctly rounded one) counts as
+    one more."""
     if variant in ("mul_rcp_amax", "mul_448_div_amax"):
         return 3 + (1 if scale_formula == "div448" else 2) + (variant == "mul_448_div_amax")
-    return {"div": 1, "mul_rcp_scale": 2}[variant]
+    return {"div": 1, "mul_rcp_scale": 2, "mul_mufu_rcp_scale": 3}[variant]
 
 
 @given(x=st.lists(st.floats(-3e4, 3e4, width=32), min_size=64, max_size=64).map(
@@ -481,14 +483,59 @@ def test_hopper_block_sums_on_the_h200_probe_operands(rows):
     np.testing.assert_array_equal(fast, hopper_block_sums_reference(_values(a[:rows]), _values(w), 128))
 
 
+# MUFU.RCP's deviation from RN for the 128 bf16 significands, as session 2's probe measured it (div_probe.cu, every
+# positive bf16 x): the first table, an independent measurement of what spec/data's 2^23-entry table holds.
+SESSION2_BF16_RCP_ULPS = ("0000-0+0000-0+000000-0-00000000000000++000000000000+000000000+000++00000000000000+000000000+"
+                          "00000000000000000+00000++0+00+00000-")
+H200 = Path(__file__).parents[1] / "campaigns" / "h200"
+
+
+def test_mufu_rcp_table_agrees_with_the_bf16_probe_and_its_own_counts():
+    """spec/data's table (sglang_call2.sh's mufu_rcp_table.cu, 2^23 significands) equals session 2's bf16 table at
+    every bf16 significand, and holds the counts its run printed (s4_call4/sglang_log.txt)."""
+    ulps = mufu_rcp_ulps()
+    assert ulps.shape == (1 << 23,)
+    assert "".join("-0+"[d + 1] for d in ulps[np.arange(128) << 16]) == SESSION2_BF16_RCP_ULPS
+    counts = dict(zip(*np.unique(ulps, return_counts=True), strict=True))
+    assert counts == {-1: 374_723, 0: 7_280_086, 1: 733_799}
+    assert mufu_rcp_ulps() is ulps  # read once
+
+
+def test_hopper_rcp_matches_the_exhaustive_h200_measurement():
+    """mufu_exhaustive.cu counted, over all 2^32 inputs whose x and 1/x are fp32 normals (both signs),
+    MUFU.RCP's deviation from RN(1/x): the table, weighted by the exponents at which each significand has a
+    normal reciprocal (exponent fields 1..252, and 253 for significand 0: x = 2^126), gives the same counts."""
+    measured = json.loads((H200 / "mufu_exhaustive.json").read_text())["rcp_ulps_vs_rn"]
+    ulps = mufu_rcp_ulps().astype(np.int64)
+    weight = np.full(ulps.shape, 2 * 252, np.int64)
+    weight[0] += 2
+    predicted = {str(d): int(weight[ulps == d].sum()) for d in (-2, -1, 0, 1, 2)}
+    assert predicted == {k: v for k, v in measured.items() if k != "other"} and measured["other"] == 0
+
+
 def test_hopper_rcp_matches_h200():
-    """MUFU.RCP: exact for every bf16 value of 8 binades; within 1 ulp of RN(1/x) elsewhere; and CUDA's
-    fast-math 448.f / x is fl(448·MUFU.RCP(x)), the formula quant_448_div_amax uses."""
+    """MUFU.RCP bit-exact for 1,024 bf16 values of 8 binades and 1,024 fp32 values spread over 2^-30..2^31 (the
+    latter within one ulp only, before the whole table); CUDA's fast-math 448.f / x is fl(448·MUFU.RCP(x)), the
+    formula quant_448_div_amax uses."""
     d = np.load(DATA / "h200_fp8_arith.npz")
     np.testing.assert_array_equal(hopper_rcp(d["rcp_bf16_x"]), d["rcp_bf16"])
-    ulps = hopper_rcp(d["rcp_x"]).view(np.int32).astype(np.int64) - d["rcp"].view(np.int32)
-    assert np.abs(ulps).max() <= 1 and np.mean(ulps == 0) > 0.8
+    np.testing.assert_array_equal(hopper_rcp(d["rcp_x"]), d["rcp"])
+    assert np.mean(hopper_rcp(d["rcp_x"]) == np.float32(1) / d["rcp_x"]) < 0.95  # the table is exercised
     np.testing.assert_array_equal(np.float32(448) * d["rcp"], d["div448"])
+    np.testing.assert_array_equal(hopper_rcp(-d["rcp_x"]), -d["rcp"])  # the sign is not part of the deviation
+
+
+def test_hopper_rcp_outside_the_normal_range_follows_ftz():
+    """Where x or 1/x is not an fp32 normal, rcp.approx.ftz flushes (PTX ISA; s5_sglang_requant.sh measures it):
+    ±0 and subnormal x -> ±inf, |x| > 2^126 and ±inf -> ±0, NaN -> NaN; 2^126 itself -> 2^-126."""
+    tiny = np.array([0.0, -0.0, 1e-45, -1e-40, 2.0**-126 * (1 - 2.0**-23)], np.float32)
+    np.testing.assert_array_equal(hopper_rcp(tiny), np.float32([np.inf, -np.inf, np.inf, -np.inf, np.inf]))
+    huge = np.array([2.0**126 * (1 + 2.0**-23), -2.0**127, 3e38, np.inf, -np.inf], np.float32)
+    out = hopper_rcp(huge)
+    np.testing.assert_array_equal(out.view(np.uint32), np.float32([0, -0.0, 0, 0, -0.0]).view(np.uint32))
+    assert hopper_rcp(np.float32(2.0**126)) == np.float32(2.0**-126)
+    assert hopper_rcp(np.float32(2.0**-126)) == np.float32(2.0**126)
+    assert np.isnan(hopper_rcp(np.float32(np.nan)))
 
 
 def gemm_case(seed, m, n, k):

@@ -180,8 +180,9 @@ def test_quant_dispatch_and_refusals():
     assert ptg.kernel_for(128, enable_v2=False) == "v1"
     assert ptg.unsupported(quant_config()) is None
     assert "DISPATCH_PYTORCH_DTYPE_TO_CTYPE_FP16" in ptg.unsupported(quant_config(input_dtype="fp32"))
-    assert V1.unsupported(quant_config(input_dtype="fp32", variant="mul_rcp_scale")) is None
-    assert "quantizer is 'mul_rcp_scale'" in V1.unsupported(quant_config())
+    assert V1.unsupported(quant_config(input_dtype="fp32", variant="mul_mufu_rcp_scale")) is None
+    assert "quantizer is 'mul_mufu_rcp_scale'" in V1.unsupported(quant_config())
+    assert "quantizer is 'mul_mufu_rcp_scale'" in V1.unsupported(quant_config(variant="mul_rcp_scale"))
     assert "row-major" in ptg.unsupported(quant_config(scale_fmt="ue8m0", layout="row"))
     assert "K/128" in ptg.unsupported(quant_config(scale_fmt="ue8m0", layout="ue8m0_packed", group_size=64))
     assert ptg.unsupported(quant_config(scale_fmt="ue8m0", layout="ue8m0_packed")) is None
@@ -241,7 +242,8 @@ def test_topk_softmax_ids_from_the_wrong_end_fail(fake_kernels):
     ("per_token_group_quant_8bit", quant_config(layout="col_tma", num_tokens=7)),
     ("per_token_group_quant_8bit", quant_config(scale_fmt="ue8m0", layout="ue8m0_packed")),
     ("per_token_group_quant_8bit", quant_config(scale_fmt="ue8m0", layout="ue8m0_packed", num_tokens=0)),
-    ("per_token_group_quant_8bit_v1", quant_config(layout="col_tma", input_dtype="fp32", variant="mul_rcp_scale")),
+    ("per_token_group_quant_8bit_v1", quant_config(layout="col_tma", input_dtype="fp32",
+                                                   variant="mul_mufu_rcp_scale")),
     ("per_token_group_quant_8bit_v1", quant_config(scale_fmt="ue8m0", layout="ue8m0_packed", input_dtype="fp32")),
 ])
 def test_quant_adapters_pass_with_the_documented_kernel(fake_kernels, name, config):
@@ -363,30 +365,79 @@ def test_a_zero_shared_weight_where_the_sum_is_normal_fails(fake_kernels):
     assert r.status == "fail" and "shared" in r.message, r.message
 
 
-def _rcp_off_by_one(x, q, s, group, eps, fp8_min, fp8_max, ue8m0, enable_v2=None):
-    """v2 with MUFU.RCP(amax) one ulp above RN(1/amax) where amax is not a bf16 value (the device is within ±1
-    ulp of RN and the spec knows the deviation of bf16 significands only): the mechanism of the H200's fp16
-    findings (q off by one code, 212 + 173 cases)."""
-    xs = x.float().numpy()
-    T, H = xs.shape
-    groups = xs.reshape(T, H // group, group)
-    amax = np.maximum(np.abs(groups).max(axis=-1, keepdims=True), np.float32(eps)).astype(np.float32)
-    rcp = (np.float32(1) / amax).view(np.int32) + ((amax.view(np.uint32) & 0xFFFF) != 0)
-    v = groups * (np.float32(448) * rcp.astype(np.int32).view(np.float32))
-    from spec.numerics import E4M3FN
-    from spec.quant import RCP448, encode
-    q.view(torch.uint8).copy_(torch.from_numpy(encode(np.clip(v, -448, 448), E4M3FN).reshape(T, H)))
-    s.copy_(torch.from_numpy((amax[..., 0] * RCP448).astype(np.float32)))
+def _rn_reciprocal(x, q, s, group, eps, fp8_min, fp8_max, ue8m0, enable_v2=None):
+    """The quantizers with the correctly rounded reciprocal the spec took before it had the whole MUFU.RCP table
+    (RN(1/x) where x is not a bf16 value): v2 x·fl(448·RN(1/amax)), v1 x·RN(1/s)."""
+    kernel = ptg.kernel_for(group, enable_v2)
+    variant = {"v1": "mul_rcp_scale", "v2": "mul_rcp_amax"}[kernel]
+    codes, scales = per_token_group_quant_fp8(x.float().numpy(), group, variant=variant,
+                                              scale_formula=ptg.SCALE_FORMULA)
+    q.view(torch.uint8).copy_(torch.from_numpy(codes))
+    s.copy_(torch.from_numpy(scales))
 
 
-def test_an_unmodelled_rcp_ulp_in_fp16_groups_fails_as_on_the_h200(fake_kernels):
-    """The H200's fp16 q findings are reproduced by a one-ulp MUFU.RCP deviation (fixture inputs: the kernel's
-    code is RN(1/amax) ± 1 ulp's, campaigns/h200/results.md); the spec cannot know its sign for non-bf16
-    significands (an unmeasured table), so the tester fails it — the stand-in shows what the campaign saw."""
-    fake_kernels.sgl_per_token_group_quant_8bit = _rcp_off_by_one
-    bf16 = check.run_case(on_cpu("per_token_group_quant_8bit"), Case("quant", quant_config(), "normal", 0))
-    assert bf16.status == "pass", bf16.message  # bf16 amax: the deviation is not applied (the table covers it)
-    fails = [check.run_case(on_cpu("per_token_group_quant_8bit"),
-                            Case("quant", quant_config(input_dtype="fp16", num_tokens=16, hidden_size=1024), "normal",
-                                 seed)).status for seed in range(6)]
+@pytest.mark.parametrize("name", ["per_token_group_quant_8bit", "per_token_group_quant_8bit_v1"])
+def test_a_correctly_rounded_reciprocal_fails_on_fp16_groups_as_the_old_spec_did_on_the_h200(fake_kernels, name):
+    """The H200's fp16 one-code findings (115 v2 + 98 v1 cases, session 4) were the spec taking RN(1/x) where
+    MUFU.RCP is an ulp off; with the whole table the spec is the kernel's reciprocal, and a kernel that rounds its
+    reciprocal correctly (what the old spec assumed) now fails such inputs."""
+    fake_kernels.sgl_per_token_group_quant_8bit = _rn_reciprocal
+    config = quant_config(input_dtype="fp16", num_tokens=16, hidden_size=1024,
+                          variant=ptg.VARIANT["v1" if name.endswith("v1") else "v2"])
+    fails = [check.run_case(on_cpu(name), Case("quant", config, "normal", seed)).status for seed in range(8)]
     assert "fail" in fails, fails
+
+
+def test_the_h200s_one_code_quant_findings_match_the_full_rcp_table():
+    """Every failing fp32-scale case of session 4's last SGLang call (115 v2, 98 v1; cases committed under
+    campaigns/h200/s4_call4/) regenerated: the spec now differs from the old one at exactly as many codes as the
+    kernel did, the first of them the kernel's (so bit-exact where one code differed), and a sample of the passing
+    cases is unchanged. campaigns/h200/s5_rcp_recheck.py runs the same over every case."""
+    import gzip
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    h200 = Path(__file__).resolve().parents[1] / "campaigns" / "h200"
+    loader = importlib.util.spec_from_file_location("s5_rcp_recheck", h200 / "s5_rcp_recheck.py")
+    recheck = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(recheck)
+    counts = {}
+    for name, fails in (("cases_q", 115), ("cases_q1", 98)):
+        with gzip.open(h200 / "s4_call4" / f"{name}.jsonl.gz", "rt") as f:
+            lines = [json.loads(text) for text in f]
+        failing = [line for line in lines if line["status"] == "fail"]
+        passing = [line for line in lines if line["status"] == "pass" and line["case"]["config"]["num_tokens"]]
+        assert len(failing) == fails
+        for line in failing + passing[:300]:
+            verdict = recheck.classify(line)
+            counts[verdict] = counts.get(verdict, 0) + 1
+    assert counts == {"fail, now bit-exact": 187, "fail, now matches count and first code": 26,
+                      "pass, still passes": 600}, counts
+
+
+def test_the_traced_v1_ue8m0_mechanism_reproduces_the_h200s_verdicts():
+    """Fixture sglang-per_token_group_quant_8bit_v1-ue8m0_exponent_plus_one's mechanism (docs/sglang.md §8): v1's
+    exp2f(ceilf(log2f(max(s, 1e-10)))) and byte (int)log2f(y_s) + 127 with fast-math MUFU.LG2
+    (campaigns/h200/s5_v1_ue8m0_model.py) gives the H200's verdict and message on the first 600 v1 UE8M0 cases of
+    session 4's last call; a correctly rounded log2 would not."""
+    import gzip
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    h200 = Path(__file__).resolve().parents[1] / "campaigns" / "h200"
+    loader = importlib.util.spec_from_file_location("s5_v1_ue8m0_model", h200 / "s5_v1_ue8m0_model.py")
+    model = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(model)
+    with gzip.open(h200 / "s4_call4" / "cases_q1_ue8m0.jsonl.gz", "rt") as f:
+        lines = [json.loads(next(f)) for _ in range(600)]
+    verdicts = [model.predict(line) for line in lines]
+    assert set(verdicts) == {"reproduced, fail", "reproduced, pass"}, set(verdicts)
+    assert verdicts.count("reproduced, fail") == 486  # and 114 passes
+    exact_lg2 = model.mufu_lg2
+    model.mufu_lg2 = lambda s: np.log2(np.asarray(s, np.float64)).astype(np.float32)
+    try:
+        assert sum(model.predict(line).endswith("differs") for line in lines) > 100
+    finally:
+        model.mufu_lg2 = exact_lg2

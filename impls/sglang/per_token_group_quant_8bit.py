@@ -24,9 +24,9 @@ OP = "quant"
 DETERMINISTIC = True
 RECIPE = None  # a quantizer's formulation is its configuration's (variant, scale_formula, scale_fmt)
 V2_GROUP_SIZES = (16, 32, 64, 128)  # sgl_kernel/gemm.py _V2_KERNEL_SUPPORTED_GROUP_SIZES
-VARIANT = {"v1": "mul_rcp_scale", "v2": "mul_448_div_amax"}  # x·MUFU.RCP(s) / x·fl(448·MUFU.RCP(amax))
+VARIANT = {"v1": "mul_mufu_rcp_scale", "v2": "mul_448_div_amax"}  # x·MUFU.RCP(s) / x·fl(448·MUFU.RCP(amax))
 INPUT_DTYPES = {"v1": ("bf16", "fp16", "fp32"), "v2": ("bf16", "fp16")}
-SCALE_FORMULA = "mul_rcp448"  # v1: amax·MUFU.RCP(448) = amax·fl(1/448) (448 is bf16: quant.hopper_rcp exact)
+SCALE_FORMULA = "mul_rcp448"  # v1: amax·MUFU.RCP(448) = amax·fl(1/448) (448 is bf16: hopper.hopper_rcp exact)
 EPS = 1e-10
 FP8_MAX = 448.0
 POISON = 0xA5

@@ -4,10 +4,12 @@ launch: impls/sglang/per_token_group_quant_8bit.py.
 
 v1 (-use_fast_math, SASS in docs/sglang.md), bf16 / fp16 / fp32 inputs: amax = max(eps, |x|...) (fmaxf);
 s = fl(amax·MUFU.RCP(448)) = fl(amax·fl(1/448)); q = e4m3_satfinite(clamp(fl(x·MUFU.RCP(s)), ±448)): variant
-"mul_rcp_scale" (MUFU.RCP of an arbitrary fp32 s is within one ulp of the correctly rounded reciprocal the spec
-takes, so a code may differ where x·(1/s) lies within that ulp of an e4m3 rounding midpoint). UE8M0:
-s = MUFU.EX2(ceil(MUFU.LG2(max(s, 1e-10)))), byte (int)MUFU.LG2(s) + 127: a second floor at 1e-10 on the scale
-(not the amax) and an approximate log2 where the spec rounds s up by its bits.
+"mul_mufu_rcp_scale" (spec.hopper.hopper_rcp: the measured reciprocal of every fp32 s). UE8M0 (source
+`y_s = exp2f(ceilf(log2f(fmaxf(y_s, 1e-10f))))`, byte `(uint8_t)(((int)log2f(y_s)) + 127)`):
+s = MUFU.EX2(FRND.CEIL(MUFU.LG2(max(s, 1e-10)))), byte F2I.TRUNC(MUFU.LG2(s)) + 127: a second floor at 1e-10 on
+the scale (not the amax), an approximate log2 where the spec rounds s up by its bits, and a byte that is one above
+the scale's exponent for every s < 1 (open fixture sglang-per_token_group_quant_8bit_v1-ue8m0_exponent_plus_one,
+docs/sglang.md §8).
 """
 
 from . import per_token_group_quant_8bit as _wrapper
