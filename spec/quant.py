@@ -11,17 +11,24 @@ import numpy as np
 
 from .bounds import Quantized
 from .hopper import hopper_block_sums, hopper_rcp  # the measured device model: spec/hopper.py
-from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, encode, round_to
+from .numerics import (  # the block table lives beside the formats (one home; imported by bounds and trtllm_ops)
+    E2M1,
+    E4M3_VALUES,
+    E4M3FN,
+    E8M0,
+    FP8_BLOCK,
+    MX_BLOCK,
+    NVFP4_BLOCK,
+    decode,
+    encode,
+    round_to,
+)
 from .recipes import GEMM_ACCS, QUANT_VARIANTS, SCALE_FORMULAS
 
 GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_FMTS = ("fp32", "ue8m0")
 MXFP8_RULES = ("ocp", "ceil448")
 HALF_ORDERS = ("gate_up", "up_gate")
-FP8_BLOCK = 128  # DeepSeek FP8: 128×128 weight blocks, 1×128 activation groups (docs/semantics.md §3)
-MX_BLOCK = 32  # MXFP8: one e8m0 scale per 32 elements of a row
-NVFP4_BLOCK = 16  # NVFP4: one e4m3 scale per 16 elements of a row
-SCALE_BLOCKS = {"fp8_block": FP8_BLOCK, "mxfp8": MX_BLOCK, "nvfp4": NVFP4_BLOCK}  # elements along K per scale
 
 FP8_MAX = np.float32(E4M3FN.max)
 RCP448 = np.float32(1) / FP8_MAX  # fl(1/448), the reciprocal constant of the SGLang JIT kernel
