@@ -429,14 +429,13 @@ def code_changes(v, e, q):
     return _requant_reach(v, e.hard, q)[2]
 
 
-def quantized_input(x, q, rel=0.0):
+def quantized_input(x, q):
     """The activation quantization of the given hidden states: identical in spec and implementation (same
-    declared quantizer, same input), hence hard = prob = 0; ideal: u·|x| + s·min_subnormal/2. rel > 0: the
-    implementation's x/s may differ from the spec's by rel·|x/s| (mono_moe's approximate 448/amax, 2 ulps,
-    then its product: rel = 3·2^-24), so codes near a rounding midpoint may flip (the requantization rule)."""
+    declared quantizer, same input; the device quantizer's MUFU.RCP is reproduced bit for bit, spec.hopper),
+    hence hard = prob = 0 and exactly the spec's codes, also for NaN/Inf inputs; ideal: u·|x| +
+    s·min_subnormal/2."""
     z = np.zeros(x.shape)
-    d = rel * np.abs(x) if rel else z  # rel = 0: exactly the spec's codes, also for NaN/Inf inputs
-    return requantized(x, Err(d, d, z), q)
+    return requantized(x, Err(z, z, z), q)
 
 
 def arithmetic_gamma(recipe, num_experts, top_k):

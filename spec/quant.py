@@ -21,7 +21,6 @@ from .numerics import (  # the block table lives beside the formats (one home; i
     NVFP4_BLOCK,
     decode,
     encode,
-    round_to,
 )
 from .recipes import GEMM_ACCS, QUANT_VARIANTS, SCALE_FORMULAS
 
@@ -296,7 +295,6 @@ def nvfp4_dequant(packed, scales, global_scale):
 # ---- activation quantization on a layer's quant path, with what its error model needs (bounds.Quantized)
 
 QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
-APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
 
 
 def block_scales(scales, width, cols_per_scale):
@@ -318,15 +316,6 @@ def nvfp4_rows(x):
         scale[t] = np.repeat(decode(sf[0], E4M3FN).astype(np.float64), NVFP4_BLOCK) / np.float64(gs)
         values[t] = decode(unpack_nibbles(packed)[0], E2M1) * scale[t]
     return values, scale
-
-
-def rcp_exact(x, group):
-    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor (inputs of bf16
-    values). hopper.hopper_rcp is exact for every fp32 amax since it reads the whole measured table; the bound
-    still charges APPROX_DIVIDE elsewhere (conservative, as before the table)."""
-    x = np.abs(np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf))
-    amax = x.reshape(x.shape[0], -1, group).max(axis=-1)
-    return bool(np.all((amax == 0) | ((amax >= QUANT_EPS) & (round_to(amax, "bf16") == amax))))
 
 
 def quant_448_div_amax(x, group):
