@@ -127,12 +127,13 @@ def test_truncating_accumulator_is_caught_by_its_cell():
     assert evidence.s < 0
 
 
+@pytest.mark.heavy
 def test_nonneg_inputs_carry_a_truncating_accumulator_through_bf16_stores():
     """The mutation self-test's fp32_accumulator_truncates (inside torch eager's bf16 pipeline) at H = 512: on
     signed inputs the bf16 flips it causes reach the outputs with either sign (16 cases, measured: 28 tokens
     toward zero, 25 away, no evidence); on nonneg inputs nothing cancels, every flip goes down, and the cell
-    rejects within 16 cases (8 measured: 47 tokens toward zero, 0 away, e^11.6). The unpatched copy changes
-    nothing that pushes one way."""
+    rejects within 16 cases (at the 14th when measured; after 8: 47 tokens toward zero, 0 away, e^11.6). The
+    unpatched copy changes nothing that pushes one way. Heavy: about a minute on one core."""
     caught = mutants.detection("fp32_accumulator_truncates", 512, cases=16, dist="nonneg")
     assert caught.changed == 16 and caught.cell_cases is not None, caught
     assert mutants.detection("identity", 512, cases=8, dist="nonneg").cell_cases is None

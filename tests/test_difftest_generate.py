@@ -222,6 +222,18 @@ def test_a_campaign_weight_seed_goes_to_moe_cases_only(case):
     assert case.weight_seed == (5 if case.op == "moe" else None)
 
 
+def test_fixed_weights_keep_their_sign_and_free_weights_reach_nonneg():
+    """A campaign with fixed expert weights never draws a distribution that changes them (nonneg): its adapters
+    prepare one set of weights once; without a weight seed nonneg is drawn."""
+    from hypothesis import find, settings
+    from hypothesis.errors import NoSuchExample
+
+    quick = settings(max_examples=300, database=None)
+    assert find(strategies.cases("moe"), lambda c: c.dist == "nonneg", settings=quick).dist == "nonneg"
+    with pytest.raises(NoSuchExample):
+        find(strategies.cases("moe", weight_seed=5), lambda c: c.dist in strategies.WEIGHT_DISTS, settings=quick)
+
+
 def test_only_presets_with_fixed_weights_have_a_weight_seed(monkeypatch):
     from difftest import presets
 
