@@ -6,7 +6,8 @@ distribution methods may change between versions, and libm/SIMD ``log``/``cos`` 
 the last bit between CPUs, so normals are Irwin–Hall sums of four uniforms (mean 0, variance 1, |z| ≤ 2√3).
 Narrow formats travel as float32 arrays of representable values (bf16 by our own RNE on the bit pattern),
 fp8/fp4/e8m0 as uint8 codes. Expert weights are generated per expert on demand from (weight seed, expert id),
-where the weight seed is the case's ``weight_seed`` if set (a campaign keeping its weights fixed), else its seed.
+where the weight seed is the case's ``weight_seed`` if set (a campaign keeping its weights fixed), else its seed;
+under the moe distribution ``nonneg`` they are those weights' magnitudes (and the hidden states |z|).
 """
 
 import functools
