@@ -33,7 +33,7 @@ import numpy as np
 
 from . import routing
 from .hopper import HOPPER_CHUNK
-from .numerics import FP32, FP64, as_format, round_to
+from .numerics import FP8_BLOCK, FP32, FP64, as_format, round_to
 
 # tanh.approx.f32 (MUFU.TANH, what tanhf becomes under -use_fast_math): the largest relative error against the
 # true tanh over every finite fp32 input is 1.11261e-5 = 2^-16.46, measured exhaustively on an H200 (sm_90a;
@@ -53,7 +53,7 @@ MUFU_RCP_REL = 9.83e-8
 LAMBDA = 6.0
 U32, U64 = FP32.unit_roundoff, FP64.unit_roundoff
 HOPPER_U = 2.0**-13  # Hopper FP8 tensor-core accumulator: ~13 fraction bits, truncating (DeepSeek-V3 §3.3.2)
-HOPPER_BLOCK = 128  # K elements per promotion to fp32
+HOPPER_BLOCK = FP8_BLOCK  # K elements per promotion to fp32: once per scale block
 C_EVAL = 8  # transcendental evaluation in fp32 (expf, erff, tanhf, fast-math divide): within 8 ulps
 # sup |f'| on the real line: silu' ≤ 1.0999 (x ≈ 2.40), gelu' ≤ 1.1290 (x ≈ 1.41), gelu_tanh' ≤ 1.1290.
 LIPSCHITZ = {"silu": 1.1, "gelu": 1.13, "gelu_tanh": 1.13, "identity": 1.0}
@@ -429,14 +429,13 @@ def code_changes(v, e, q):
     return _requant_reach(v, e.hard, q)[2]
 
 
-def quantized_input(x, q, rel=0.0):
+def quantized_input(x, q):
     """The activation quantization of the given hidden states: identical in spec and implementation (same
-    declared quantizer, same input), hence hard = prob = 0; ideal: u·|x| + s·min_subnormal/2. rel > 0: the
-    implementation's x/s may differ from the spec's by rel·|x/s| (mono_moe's approximate 448/amax, 2 ulps,
-    then its product: rel = 3·2^-24), so codes near a rounding midpoint may flip (the requantization rule)."""
+    declared quantizer, same input; the device quantizer's MUFU.RCP is reproduced bit for bit, spec.hopper),
+    hence hard = prob = 0 and exactly the spec's codes, also for NaN/Inf inputs; ideal: u·|x| +
+    s·min_subnormal/2."""
     z = np.zeros(x.shape)
-    d = rel * np.abs(x) if rel else z  # rel = 0: exactly the spec's codes, also for NaN/Inf inputs
-    return requantized(x, Err(d, d, z), q)
+    return requantized(x, Err(z, z, z), q)
 
 
 def arithmetic_gamma(recipe, num_experts, top_k):

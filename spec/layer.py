@@ -21,7 +21,6 @@ from .hopper import hopper_block_sums
 from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
 from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, decode_pairs, pair_table, round_to
 from .quant import (
-    APPROX_DIVIDE,
     FP8_BLOCK,
     MX_BLOCK,
     NVFP4_BLOCK,
@@ -31,7 +30,6 @@ from .quant import (
     nvfp4_global_scale,
     nvfp4_quant,
     quantize,
-    rcp_exact,
     unpack_nibbles,
     w13_block_quant,
     weight_block_quant,
@@ -461,10 +459,9 @@ def moe_layer(
         raise ValueError(f"scale_fmt={scale_fmt!r} needs quant='fp8_block', got {quant!r}")
     if tracked and quant != "bf16":
         q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula, scale_fmt=scale_fmt)
-        rel = APPROX_DIVIDE if R.act_quant_variant == "mul_448_div_amax" and not rcp_exact(hidden, FP8_BLOCK) else 0.0
-        hidden64 = np.asarray(hidden, np.float64)
-        ex = bounds.quantized_input(hidden64, q, rel)
-        x = Operand(q.values, q.fp8, bounds.code_changes(hidden64, Err(*(rel * np.abs(hidden64),) * 3), q))
+        hidden64 = np.asarray(hidden, np.float64)  # every quantizer is reproduced bit for bit (hopper_rcp: measured)
+        ex = bounds.quantized_input(hidden64, q)
+        x = Operand(q.values, q.fp8, bounds.code_changes(hidden64, Err(*(np.zeros_like(hidden64),) * 3), q))
     else:
         x, ex = Operand(np.asarray(hidden, np.float64), None), tracked and bounds.zero((T, H))
         if tracked and R.subnormals == "flush":

@@ -21,6 +21,11 @@ from math import frexp
 
 import numpy as np
 
+FP8_BLOCK = 128  # DeepSeek FP8: 128×128 weight blocks, 1×128 activation groups (docs/semantics.md §3)
+MX_BLOCK = 32  # MXFP8: one e8m0 scale per 32 elements of a row
+NVFP4_BLOCK = 16  # NVFP4: one e4m3 scale per 16 elements of a row
+SCALE_BLOCKS = {"fp8_block": FP8_BLOCK, "mxfp8": MX_BLOCK, "nvfp4": NVFP4_BLOCK}  # elements along K per scale
+
 
 @dataclass(frozen=True)
 class Format:

@@ -11,17 +11,23 @@ import numpy as np
 
 from .bounds import Quantized
 from .hopper import hopper_block_sums, hopper_rcp  # the measured device model: spec/hopper.py
-from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, encode, round_to
+from .numerics import (  # the block table lives beside the formats (one home; imported by bounds and trtllm_ops)
+    E2M1,
+    E4M3_VALUES,
+    E4M3FN,
+    E8M0,
+    FP8_BLOCK,
+    MX_BLOCK,
+    NVFP4_BLOCK,
+    decode,
+    encode,
+)
 from .recipes import GEMM_ACCS, QUANT_VARIANTS, SCALE_FORMULAS
 
 GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_FMTS = ("fp32", "ue8m0")
 MXFP8_RULES = ("ocp", "ceil448")
 HALF_ORDERS = ("gate_up", "up_gate")
-FP8_BLOCK = 128  # DeepSeek FP8: 128×128 weight blocks, 1×128 activation groups (docs/semantics.md §3)
-MX_BLOCK = 32  # MXFP8: one e8m0 scale per 32 elements of a row
-NVFP4_BLOCK = 16  # NVFP4: one e4m3 scale per 16 elements of a row
-SCALE_BLOCKS = {"fp8_block": FP8_BLOCK, "mxfp8": MX_BLOCK, "nvfp4": NVFP4_BLOCK}  # elements along K per scale
 
 FP8_MAX = np.float32(E4M3FN.max)
 RCP448 = np.float32(1) / FP8_MAX  # fl(1/448), the reciprocal constant of the SGLang JIT kernel
@@ -289,7 +295,6 @@ def nvfp4_dequant(packed, scales, global_scale):
 # ---- activation quantization on a layer's quant path, with what its error model needs (bounds.Quantized)
 
 QUANT_EPS = 1e-10  # amax floor of every FP8 quantizer here
-APPROX_DIVIDE = 3 * 2.0**-24  # x·fl(448·rcp(amax)): rcp within 1 ulp of the device's unless amax is bf16
 
 
 def block_scales(scales, width, cols_per_scale):
@@ -311,15 +316,6 @@ def nvfp4_rows(x):
         scale[t] = np.repeat(decode(sf[0], E4M3FN).astype(np.float64), NVFP4_BLOCK) / np.float64(gs)
         values[t] = decode(unpack_nibbles(packed)[0], E2M1) * scale[t]
     return values, scale
-
-
-def rcp_exact(x, group):
-    """Every `group`-column amax (NaN read as 0) is 0 or a bf16 value above the 1e-10 floor (inputs of bf16
-    values). hopper.hopper_rcp is exact for every fp32 amax since it reads the whole measured table; the bound
-    still charges APPROX_DIVIDE elsewhere (conservative, as before the table)."""
-    x = np.abs(np.nan_to_num(np.asarray(x, np.float32), nan=0.0, posinf=np.inf, neginf=-np.inf))
-    amax = x.reshape(x.shape[0], -1, group).max(axis=-1)
-    return bool(np.all((amax == 0) | ((amax >= QUANT_EPS) & (round_to(amax, "bf16") == amax))))
 
 
 def quant_448_div_amax(x, group):

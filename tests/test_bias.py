@@ -18,6 +18,7 @@ from difftest.cli import main
 from difftest.model.case import Case, MoEConfig, RoutingConfig
 from difftest.model.generate import ROUTING_DISTS
 from difftest.running import campaign
+from difftest.selftest import mutants
 from spec.layer import StackedWeights, moe_layer
 from spec.recipes import Recipe
 
@@ -79,8 +80,8 @@ def bias_free_bound(result, recipe):
     return bounds.bound_vs_recipe(result, recipe)[0]
 
 
-def cases(n, H=128, I=64, T=8):
-    """n moe cases of the bf16 path: methods, activations and input distributions in turn."""
+def cases(n, H=128, I=64, T=8, dists=ROUTING_DISTS[:3]):
+    """n moe cases of the bf16 path: methods, activations and input distributions (`dists`) in turn."""
     methods = [("renormalize", 8, 2, 1, 1), ("deepseek_v3", 16, 4, 4, 2), ("default", 8, 2, 1, 1)]
     out = []
     for seed in range(n):
@@ -88,14 +89,14 @@ def cases(n, H=128, I=64, T=8):
         routing = RoutingConfig(method, T, E, k, G, tg, 2.5 if method == "deepseek_v3" else None,
                                 bias_dtype="fp32" if method == "deepseek_v3" else None)
         activation = ["swiglu", "geglu", "relu2", "silu"][seed % 4]
-        out.append(Case("moe", MoEConfig(routing, H, I, activation=activation), ROUTING_DISTS[seed % 3], seed))
+        out.append(Case("moe", MoEConfig(routing, H, I, activation=activation), dists[seed % len(dists)], seed))
     return out
 
 
-def cell_evidence(impl, n):
+def cell_evidence(impl, n, dists=ROUTING_DISTS[:3]):
     monitor = bias.Monitor()
     statuses = []
-    for case in cases(n):
+    for case in cases(n, dists=dists):
         result = run_case(impl, case)
         statuses.append(result.status)
         monitor.add(campaign.case_row(impl.name, case, result))
@@ -103,12 +104,15 @@ def cell_evidence(impl, n):
     return evidence, statuses
 
 
+@pytest.mark.parametrize("dists", [ROUTING_DISTS[:3], ("nonneg",)], ids=["signed", "nonneg"])
 @pytest.mark.parametrize("impl", [TORCH, RNE_ACC, impl_spec.summed_in("fp32", FP32_STORES),
                                   impl_spec.summed_in("fp32_pairwise", FP32_STORES)], ids=lambda i: i.name)
-def test_correct_implementations_give_no_evidence(impl):
+def test_correct_implementations_give_no_evidence(impl, dists):
     """The empirical side of the assumption: over 40 cases (fp32 stores: every element of every token differs
-    from the recipe-exact spec), a correct implementation's evidence stays below e^3, far from e^20.7."""
-    evidence, statuses = cell_evidence(impl, 40)
+    from the recipe-exact spec), a correct implementation's evidence stays below e^3, far from e^20.7. Also on
+    nonneg inputs, where no sum cancels: a round-to-nearest error of a positive sum is as likely up as down, so
+    only a summation that errs one way (below) pushes every output toward zero there."""
+    evidence, statuses = cell_evidence(impl, 40, dists)
     assert set(statuses) == {"pass"}
     assert evidence.log_m() < 3, evidence
     if impl is not TORCH:
@@ -123,6 +127,18 @@ def test_truncating_accumulator_is_caught_by_its_cell():
     assert set(statuses) == {"pass"}
     assert evidence.rejects(), evidence
     assert evidence.s < 0
+
+
+@pytest.mark.heavy
+def test_nonneg_inputs_carry_a_truncating_accumulator_through_bf16_stores():
+    """The mutation self-test's fp32_accumulator_truncates (inside torch eager's bf16 pipeline) at H = 512: on
+    signed inputs the bf16 flips it causes reach the outputs with either sign (16 cases, measured: 28 tokens
+    toward zero, 25 away, no evidence); on nonneg inputs nothing cancels, every flip goes down, and the cell
+    rejects within 16 cases (at the 14th when measured; after 8: 47 tokens toward zero, 0 away, e^11.6). The
+    unpatched copy changes nothing that pushes one way. Heavy: about a minute on one core."""
+    caught = mutants.detection("fp32_accumulator_truncates", 512, cases=16, dist="nonneg")
+    assert caught.changed == 16 and caught.cell_cases is not None, caught
+    assert mutants.detection("identity", 512, cases=8, dist="nonneg").cell_cases is None
 
 
 def test_monitor_counts_a_token_once():

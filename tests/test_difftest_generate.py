@@ -222,6 +222,18 @@ def test_a_campaign_weight_seed_goes_to_moe_cases_only(case):
     assert case.weight_seed == (5 if case.op == "moe" else None)
 
 
+def test_fixed_weights_keep_their_sign_and_free_weights_reach_nonneg():
+    """A campaign with fixed expert weights never draws a distribution that changes them (nonneg): its adapters
+    prepare one set of weights once; without a weight seed nonneg is drawn."""
+    from hypothesis import find, settings
+    from hypothesis.errors import NoSuchExample
+
+    quick = settings(max_examples=300, database=None)
+    assert find(strategies.cases("moe"), lambda c: c.dist == "nonneg", settings=quick).dist == "nonneg"
+    with pytest.raises(NoSuchExample):
+        find(strategies.cases("moe", weight_seed=5), lambda c: c.dist in strategies.WEIGHT_DISTS, settings=quick)
+
+
 def test_only_presets_with_fixed_weights_have_a_weight_seed(monkeypatch):
     from difftest.model import presets
 
@@ -289,3 +301,32 @@ def test_mono_moe_adapter_prepares_fixed_weights_once(monkeypatch):
     up_gate = Case("moe", replace(config, half_order="up_gate"), "normal", 3, weight_seed=0)
     mono_moe.run(up_gate.config, with_stacked_weights(up_gate, generate.inputs(up_gate)), device="cpu")
     assert len(prepared) == 2, "the same arrays in the other half order are another preparation"
+
+
+@pytest.mark.parametrize("quant, given", [(q, "prepared") for q in ("bf16", "fp8_block", "mxfp8", "nvfp4")]
+                         + [("fp8_block", "bf16"), ("nvfp4", "fp32")])
+def test_nonneg_gives_every_operand_its_magnitude(quant, given):
+    """moe dist nonneg: hidden states and every expert weight are the magnitudes of the signed ones (float values
+    |·|, fp8 codes without bit 7, packed e2m1 without bits 3 and 7), scales and logits unchanged."""
+    config = MoEConfig(RoutingConfig("renormalize", 4, 8, 2), 64, 64, quant=quant, expert_weights=given)
+    signed, nonneg = Case("moe", config, "normal", 3), Case("moe", config, "nonneg", 3)
+    x, y = generate.inputs(signed), generate.inputs(nonneg)
+    assert (x["hidden"] < 0).any() and np.array_equal(np.abs(x["hidden"]), y["hidden"])
+    assert np.array_equal(x["logits"], y["logits"])
+    mask = {"bf16": None, "fp8_block": 0x7F, "mxfp8": 0x7F, "nvfp4": 0x77}[quant if given == "prepared" else "bf16"]
+    for e in (0, 7):
+        a, b = generate.weights(signed).expert(e), generate.weights(nonneg).expert(e)
+        assert a.keys() == b.keys()
+        for k in a:
+            if k not in ("w13", "w2"):
+                assert np.array_equal(a[k], b[k]), k
+            elif mask is None:
+                assert (a[k] < 0).any() and np.array_equal(np.abs(a[k]), b[k]), k
+            else:
+                assert (a[k] & ~np.uint8(mask)).any() and not (b[k] & ~np.uint8(mask)).any(), k
+                assert np.array_equal(a[k] & np.uint8(mask), b[k]), k
+
+
+def test_nonneg_is_a_moe_distribution_only():
+    with pytest.raises(CaseError, match="nonneg"):
+        generate.inputs(Case("routing", DS, "nonneg", 1))

@@ -94,3 +94,18 @@ def test_k14_and_k15_triggers_present():
     assert (m == np.float32(0.5) + np.float32(2.0**-24)).any()  # a scale one fp32 ulp above a power of two
     x = generate.inputs(_bug("K15").case)["x"].reshape(2, -1, 128)
     assert (np.abs(x).max(axis=-1) == 0).any()  # an all-zero group
+
+
+def test_the_fixture_index_is_the_tools_output(tmp_path):
+    """fixtures/README.md is what `tools/make_known_bug_fixtures.py --index-only` writes from the committed case.json
+    files (every op's fixtures summarized: the tool once failed on trtllm_ops cases and the index was hand-edited)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "fixtures", tmp_path / "fixtures")
+    subprocess.run([sys.executable, "tools/make_known_bug_fixtures.py", "--index-only", "--root",
+                    str(tmp_path / "fixtures")], cwd=root, check=True, capture_output=True, timeout=120)
+    assert (tmp_path / "fixtures" / "README.md").read_text() == (root / "fixtures" / "README.md").read_text()

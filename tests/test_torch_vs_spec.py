@@ -468,7 +468,7 @@ def layer_draws(draw):
         offset = draw(st.integers(0, E - local), label="local_expert_offset")
     seed, dist = (
         draw(st.integers(0, 2**32 - 1), label="seed"),
-        draw(st.sampled_from(gen.ROUTING_DISTS), label="dist"),
+        draw(st.sampled_from(gen.DISTS["moe"]), label="dist"),
     )
     return dict(
         quant=quant,

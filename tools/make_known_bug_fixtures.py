@@ -62,6 +62,9 @@ def _summary(case):
     r = c.get("routing", c)
     if case["op"] == "quant":
         shape = f"{c['scheme']} T={c['num_tokens']} H={c['hidden_size']} g={c['group_size']} {c['scale_fmt']}"
+    elif case["op"] == "trtllm_ops":
+        shape = (f"{c['kernel']} T={c['num_tokens']} H={c['hidden_size']} E={c['num_experts']} k={c['top_k']} "
+                 f"tile={c['tile_tokens_dim']}")
     else:
         shape = (f"{r['method']} T={r['num_tokens']} E={r['num_experts']} k={r['top_k']}"
                  + (f" G={r['n_group']}/{r['topk_group']}" if r["n_group"] > 1 else "")

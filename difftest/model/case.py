@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
 
-from spec.quant import FP8_BLOCK, SCALE_BLOCKS
+from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
 from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
 from spec.routing import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS  # the method table: spec.routing.METHODS
 
@@ -239,7 +239,7 @@ def check_routing(c):
 
 
 def quant_block(c):
-    """The elements of a row that share one scale in a QuantConfig's scheme (spec.quant.SCALE_BLOCKS)."""
+    """The elements of a row that share one scale in a QuantConfig's scheme (spec.numerics.SCALE_BLOCKS)."""
     return c.group_size if c.scheme == "fp8_group" else SCALE_BLOCKS[c.scheme]
 
 

@@ -6,7 +6,8 @@ distribution methods may change between versions, and libm/SIMD ``log``/``cos`` 
 the last bit between CPUs, so normals are Irwin–Hall sums of four uniforms (mean 0, variance 1, |z| ≤ 2√3).
 Narrow formats travel as float32 arrays of representable values (bf16 by our own RNE on the bit pattern),
 fp8/fp4/e8m0 as uint8 codes. Expert weights are generated per expert on demand from (weight seed, expert id),
-where the weight seed is the case's ``weight_seed`` if set (a campaign keeping its weights fixed), else its seed.
+where the weight seed is the case's ``weight_seed`` if set (a campaign keeping its weights fixed), else its seed;
+under the moe distribution ``nonneg`` they are those weights' magnitudes (and the hidden states |z|).
 """
 
 import functools
@@ -36,7 +37,10 @@ ROUTING_DISTS = (
 )
 QUANT_DISTS = ("normal", "large", "tiny", "zero_group", "tiny_groups", "pow2_edge", "nonfinite")
 DEV_DISTS = ("normal", "large", "tiny", "zero_block", "non_local")
-DISTS = {"routing": ROUTING_DISTS, "moe": ROUTING_DISTS, "quant": QUANT_DISTS, "trtllm_ops": DEV_DISTS}
+# nonneg (moe only): hidden states and every expert weight non-negative, so no sum of the layer cancels: an
+# accumulator or store that errs one way moves every output it changes the same way (the bias test's best case).
+MOE_DISTS = (*ROUTING_DISTS, "nonneg")
+DISTS = {"routing": ROUTING_DISTS, "moe": MOE_DISTS, "quant": QUANT_DISTS, "trtllm_ops": DEV_DISTS}
 
 
 # ---- bit transforms
@@ -103,7 +107,7 @@ def digest(arrays):
 def logits(seed, dist, T, E, n_group=1):
     """float64 [T, E] logits of a named distribution (rounded by the caller)."""
     z = normal(seed, "logits", (T, E))
-    if dist in ("normal", "negative_bias"):
+    if dist in ("normal", "negative_bias", "nonneg"):
         return z
     if dist == "large":  # sigmoid/softmax saturate: fp32 keys tie at 1.0 and 0.0
         return z * 2.0**12
@@ -191,10 +195,11 @@ def _bf16_weight(seed, name, shape, e, fan_in):
 
 
 @functools.lru_cache(maxsize=512)  # the spec (recipe and ideal) and the implementation read the same experts
-def expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"):
+def expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", nonneg=False):
     """The per-expert dict of spec/layer.py's table for expert e (w13 [N1, H], w2 [H, I]), read-only; `given`
-    bf16 / fp32 (MoEConfig.expert_weights): the unquantized values instead, {w13, w2} float32."""
-    out = _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given)
+    bf16 / fp32 (MoEConfig.expert_weights): the unquantized values instead, {w13, w2} float32; `nonneg` (the
+    moe distribution "nonneg"): every weight's magnitude, its sign dropped."""
+    out = _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, nonneg)
     for a in out.values():
         a.flags.writeable = False
     return out
@@ -205,7 +210,22 @@ def _unquantized_weight(seed, name, shape, e, fan_in, dtype):
     return round_to_dtype(normal(seed, name, shape, e) / np.sqrt(float(fan_in)), dtype)
 
 
-def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"):
+def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", nonneg=False):
+    out = _signed_expert_weights(seed, quant, e, N1, H, I, scale_fmt, given)
+    return {k: _magnitude(k, v, quant, given) for k, v in out.items()} if nonneg else out
+
+
+def _magnitude(name, a, quant, given):
+    """|a| of weight array `name`: float values and fp8 codes drop their sign bit, packed e2m1 both nibbles';
+    scales are positive already."""
+    if name not in ("w13", "w2"):
+        return a
+    if given != "prepared" or quant == "bf16":
+        return np.abs(a)
+    return a & np.uint8(0x77 if quant == "nvfp4" else 0x7F)
+
+
+def _signed_expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"):
     if given != "prepared":  # the bf16 path's prepared weights are these bf16 values
         return {"w13": _unquantized_weight(seed, "w13", (N1, H), e, H, given),
                 "w2": _unquantized_weight(seed, "w2", (H, I), e, I, given)}
@@ -249,28 +269,30 @@ class GeneratedWeights(NamedTuple):
     I: int
     scale_fmt: str = "fp32"  # MoEConfig.scale_fmt
     given: str = "prepared"  # MoEConfig.expert_weights
+    nonneg: bool = False  # the case's distribution is "nonneg": every weight's magnitude
 
     def expert(self, e):
         if not 0 <= e < self.num_experts:
             raise IndexError(f"expert {e} not in [0, {self.num_experts})")
-        return expert_weights(self.seed, self.quant, e, self.N1, self.H, self.I, self.scale_fmt, self.given)
+        return expert_weights(self.seed, self.quant, e, self.N1, self.H, self.I, self.scale_fmt, self.given,
+                              self.nonneg)
 
     def stacked(self):
         """dict of read-only [E, ...] arrays (for implementations that take all experts at once): the same
         objects while the weights stay the same, see stacked_weights."""
         return stacked_weights(self.seed, self.quant, self.num_experts, self.N1, self.H, self.I, self.scale_fmt,
-                               self.given)
+                               self.given, self.nonneg)
 
 
 # One entry: the mono_moe adapter uploads its weights again unless it gets the very same arrays (checked with
 # `is`), and one set of all 256 mono-moe experts is 768 MiB and 15 s or more of generation on one core.
 @functools.lru_cache(maxsize=1)
-def stacked_weights(seed, quant, E, N1, H, I, scale_fmt="fp32", given="prepared"):
+def stacked_weights(seed, quant, E, N1, H, I, scale_fmt="fp32", given="prepared", nonneg=False):
     """Every expert's arrays stacked [E, ...], read-only. Written in place from _expert_weights rather than
     np.stack over expert_weights: that would keep a second full copy in expert_weights' cache."""
     out = {}
     for e in range(E):
-        for k, a in _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given).items():
+        for k, a in _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, nonneg).items():
             if k not in out:
                 out[k] = np.empty((E, *a.shape), a.dtype)
             out[k][e] = a
@@ -284,7 +306,7 @@ def weights(case):
     N1 = 2 * c.intermediate_size if c.gated else c.intermediate_size
     seed = case.seed if case.weight_seed is None else case.weight_seed
     return GeneratedWeights(seed, c.quant, c.routing.num_experts, N1, c.hidden_size, c.intermediate_size,
-                            c.scale_fmt, c.expert_weights)
+                            c.scale_fmt, c.expert_weights, case.dist == "nonneg")
 
 
 # ---- the case's inputs
@@ -394,5 +416,7 @@ def inputs(case):
         return {"x": x, "global_scale": np.float32(448.0 * 6.0) / amax if amax > 0 else np.float32(1.0)}
     out = _routing_inputs(case.seed, case.dist, c.routing)
     hidden = normal(case.seed, "hidden", (c.routing.num_tokens, c.hidden_size))
+    if case.dist == "nonneg":
+        hidden = np.abs(hidden)
     out["hidden"] = round_to_dtype(hidden, c.hidden_dtype)
     return out

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 
 from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
-from spec.quant import SCALE_BLOCKS
+from spec.numerics import SCALE_BLOCKS
 from spec.routing import METHODS
 
 from .case import CaseError, MoEConfig, QuantConfig, RoutingConfig

@@ -294,16 +294,20 @@ CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": 
 SLICES = {"routing": ("method", ROUTING_METHODS), "quant": ("scheme", QUANT_SCHEMES), "moe": ("quant", QUANT_PATHS),
           "trtllm_ops": ("kernel", DEV_KERNELS)}
 SPECIAL_DISTS = ("nonfinite",)  # NaN/Inf inputs are their own checks, drawn only on request
+# Distributions that change the expert weights (generate.weights): not drawn where a campaign fixes them (weight_seed:
+# presets with fixed weights, whose adapters prepare one set of weights once)
+WEIGHT_DISTS = ("nonneg",)
 
 
 @st.composite
 def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config_kwargs):
     """A Case of `op` (drawn if None); `configs` overrides the configuration strategy (model presets);
     `special` adds the NaN/Inf distributions; `weight_seed` fixes the expert weights of moe cases (presets
-    with fixed_weights), None takes them from each case's seed."""
+    with fixed_weights; no WEIGHT_DISTS then), None takes them from each case's seed."""
     op = op or draw(_sampled("routing", "quant", "moe", "trtllm_ops"), label="op")
     config = draw(configs if configs is not None else CONFIG_STRATEGIES[op](**config_kwargs), label="config")
-    names = [d for d in DISTS[op] if special or d not in SPECIAL_DISTS]
+    names = [d for d in DISTS[op] if (special or d not in SPECIAL_DISTS)
+             and (weight_seed is None or op != "moe" or d not in WEIGHT_DISTS)]
     dist = draw(_sampled(*names), label="dist")
     return Case(op, config, dist, draw(seeds(), label="seed"), weight_seed if op == "moe" else None)
 
