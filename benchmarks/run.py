@@ -319,9 +319,9 @@ def campaign(workers, seconds):
 def profile_campaign(examples):
     """CPU-time profile of one campaign worker's loop over every default cell of the torch implementation,
     `examples` examples each: {category: seconds} (inclusive; categories overlap where they nest) and the total."""
-    from difftest import campaign as c
-    from difftest.case import OPS
-    from difftest.run import campaign_cells
+    from difftest.model.case import OPS
+    from difftest.running import campaign as c
+    from difftest.running.run import campaign_cells
 
     cells = campaign_cells(["torch"], list(OPS), None, None)
     tmp = Path(tempfile.mkdtemp(prefix="difftest-bench-"))
@@ -342,15 +342,16 @@ def profile_campaign(examples):
 
     total = sum(v[2] for v in stats.values())
     parts = {  # disjoint: nothing here calls another part
-        "the case: spec, bounds and comparison": cum("difftest/compare.py", "compare_routing", "compare_quant",
+        "the case: spec, bounds and comparison": cum("difftest/checking/compare.py", "compare_routing", "compare_quant",
                                                      "compare_moe", "compare_trtllm_ops"),
-        "the case: implementation under test (torch eager)": cum("difftest/impl_torch.py", "_route", "_quant",
+        "the case: implementation under test (torch eager)": cum("difftest/checking/impl_torch.py", "_route", "_quant",
                                                                  "_moe", "_trtllm_ops"),
-        "the case: input generation": cum("difftest/generate.py", "inputs"),
-        "Hypothesis: drawing cases": cum("difftest/strategies.py", "cases"),
+        "the case: input generation": cum("difftest/model/generate.py", "inputs"),
+        "Hypothesis: drawing cases": cum("difftest/model/strategies.py", "cases"),
         "Hypothesis: Pareto front bookkeeping": cum("conjecture/pareto.py", "add"),
         "Hypothesis: global RNG seed/restore": cum("hypothesis/internal/entropy.py", "seed_all", "restore_all"),
-        "case rows (to_dict, JSON)": cum("difftest/campaign.py", "case_row") + cum("difftest/campaign.py", "record"),
+        "case rows (to_dict, JSON)": (cum("difftest/running/campaign.py", "case_row")
+                                      + cum("difftest/running/campaign.py", "record")),
         "example database": cum("hypothesis/database.py", "fetch", "save", "delete", "move"),
     }
     parts["the rest (Hypothesis' engine, fuzz_cell, check.run_case)"] = total - sum(parts.values())
@@ -540,7 +541,8 @@ def report_h200(emit):
     emit(f"Measured on the H200 (16 cores) by `campaigns/h200/pipeline_bench.sh` (`{H200_PIPELINE.parent.name}/`: "
          "bench.json, the summaries and the log), not by this CPU run. before = `difftest fuzz` on the tree before "
          "issue 24 (4e347c8), sync = `difftest fuzz` now (12 workers, each calling the kernel and then the spec), "
-         "pipelined = `python -m difftest.pipeline` (one device process, batches of 32, 15 verifier processes). "
+         "pipelined = `python -m difftest.running.pipeline` (one device process, batches of 32, 15 verifier "
+         "processes). "
          "Cases per device-minute = cases / seconds the device was held × 60; every case counts, skips (cases the "
          "kernel declines) included, so the compared column says what was checked.\n")
     emit("| implementation | before | sync | pipelined | pipelined / before | pipelined / sync | compared "
@@ -612,7 +614,7 @@ CAUSES = """
   verifiers (a mono_moe case is about 2.7 s of spec on one core). For the routing kernels and torch-CUDA pipelining
   loses (0.1-0.4×): their verification is cheap, and the one device process spends 2-16 ms of host work per case
   inside the adapter (inside-the-implementation seconds ≈ held seconds), while `fuzz` calls the kernel from 12
-  processes at once. `difftest.pipeline` prints that hint; `fuzz` stays the mode for them.
+  processes at once. `difftest.running.pipeline` prints that hint; `fuzz` stays the mode for them.
 
 ## What changed for issue 24 (A/B against the tree before, same conditions, measured once while changing it)
 
@@ -630,7 +632,7 @@ CAUSES = """
   bounds are identical; 812 elements of one shape's ideal bound moved by <= 1.1e-15 relative (a different BLAS
   kernel for 16-row slabs).
 - Campaign: strategies built once instead of inside each draw (drawing a case -35-45 %, the drawn sequences
-  identical), the Pareto front's shrink-order keys memoized (difftest/pareto_keys.py; a profiled worker over
+  identical), the Pareto front's shrink-order keys memoized (difftest/running/pareto_keys.py; a profiled worker over
   every cell, 2,400 cases: 33.1 -> 23.6 CPU s, the same examples searched), `round_to` to fp32/fp64 by the
   machine's conversion. `python -m difftest fuzz --impl torch --time-budget 60`, before -> after, load 5-7:
   1 worker 154 -> 181-281 cases/s (237 -> 251-286 cases per CPU s); 2 workers 179-186 -> 229-266 cases/s

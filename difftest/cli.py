@@ -8,12 +8,14 @@ import os
 import sys
 from pathlib import Path
 
-from . import fixtures, interface, run
-from .case import OPS, CaseError
-from .report import ReportError
+from .artifacts import fixtures
+from .artifacts.report import ReportError
+from .checking import interface
+from .model.case import OPS, CaseError
+from .running import run
 from .usage import Parser, UsageError, finite, table
 
-SUBPROGRAMS = {"mutants": "mutants"}  # commands with their own parser: module name under difftest/, loaded on use
+SUBPROGRAMS = {"mutants": "selftest.mutants"}  # commands with their own parser: module under difftest/, loaded on use
 
 
 def cmd_impls(args):
@@ -35,7 +37,7 @@ def cmd_show(args):
     print(f"recipe: {json.dumps(m['recipe'])}")
     print(f"observed: {json.dumps(m['observed'])}")
     print(f"provenance: {m['provenance']}")
-    from . import replay, reproducer
+    from .artifacts import replay, reproducer
 
     for line in reproducer.show_lines(fx):
         print(line)
@@ -48,13 +50,13 @@ def cmd_show(args):
 
 
 def cmd_report(args):
-    from . import report
+    from .artifacts import report
 
     return report.main([args.run_dir] + ([] if args.top is None else ["--top", str(args.top)]))
 
 
 def cmd_merge(args):
-    from . import merge, report
+    from .artifacts import merge, report
 
     summary = merge.merge(args.run_dirs, args.out)
     hosts = summary["hosts"]
@@ -89,7 +91,7 @@ def parser():
         "--impl", action="append", help="name, package.module:NAME or path/file.py:NAME (repeatable)"
     )
     f.add_argument("--op", action="append", choices=OPS, help="op to fuzz (repeatable; default all)")
-    f.add_argument("--model", help="fuzz around a model preset (difftest/presets.py)")
+    f.add_argument("--model", help="fuzz around a model preset (difftest/model/presets.py)")
     f.add_argument("--where", action="append", metavar="FIELD=V|LO..HI|A,B,C",
                    help="draw only configurations with FIELD (method, quant, activation, logits_dtype, "
                         "num_experts or E, top_k, ...) in the value, range or set (repeatable; with --model too)")
@@ -100,7 +102,7 @@ def parser():
     budget.add_argument("--time-budget", type=float, help=f"seconds (default {run.DEFAULT_BUDGET_S})")
     f.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (workers and chunks derive theirs)")
-    f.add_argument("--out", help="run directory (default runs/<timestamp>); format in difftest/rundir.md")
+    f.add_argument("--out", help="run directory (default runs/<timestamp>); format in difftest/artifacts/rundir.md")
     f.add_argument("--special", action="store_true", help="also draw NaN/Inf input distributions")
     f.add_argument("--known", metavar="DIR",
                    help="fixtures whose signatures (op, implementation, kind, field) are known: failures "
@@ -140,7 +142,7 @@ def parser():
 
 
 def cmd_replay(args):
-    from . import replay
+    from .artifacts import replay
 
     return replay.main(args)
 
@@ -157,7 +159,7 @@ def main(argv=None):
     if not argv:  # the main job is `fuzz`, asked for by name: a bare call starts no 120 s campaign
         p.print_help()
         return 0
-    if argv[0] in SUBPROGRAMS:  # its own parser (the mutation self-test: difftest/mutants.py)
+    if argv[0] in SUBPROGRAMS:  # its own parser (the mutation self-test: difftest/selftest/mutants.py)
         return importlib.import_module(f".{SUBPROGRAMS[argv[0]]}", __package__).main(argv[1:])
     try:
         args = p.parse_args(argv)

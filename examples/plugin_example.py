@@ -26,7 +26,7 @@ class DeepSeekV3Routing:
     ops = ("routing",)
     deterministic = True  # checked: repeated runs must give identical bits
     may_crash = False  # True would run it in a separate process (a native kernel that can abort)
-    # the configurations it covers: fuzz --impl draws only these (difftest/where.py), so nothing is skipped
+    # the configurations it covers: fuzz --impl draws only these (difftest/model/where.py), so nothing is skipped
     # (tile_tokens_dim none: it returns ids and weights, not the padded permutation a routing stage hands to GEMMs)
     space = {"method": "deepseek_v3", "num_fused_shared_experts": 0, "tile_tokens_dim": None}
 

@@ -16,7 +16,7 @@ exactly (float64) and round once to fp32: a more accurate sum than the recipe's 
 bound allows. `RECIPES` states these rounding points; the spec then holds the output to the bound between
 two implementations of that arithmetic.
 
-The expert weights are not among the inputs: `difftest.generate.weights(case)` regenerates them from the
+The expert weights are not among the inputs: `difftest.model.generate.weights(case)` regenerates them from the
 case, `.stacked()` as read-only [E, ...] arrays (one call for all experts, cached while the case's weights
 stay the same), `.expert(e)` as one expert's dict. The keys per quant path: bf16 w13 [E, N1, H] and
 w2 [E, H, I] (bf16 values in float32); fp8_block the same shapes as uint8 e4m3 codes plus w13_scale
@@ -27,7 +27,7 @@ w2 [E, H, I] (bf16 values in float32); fp8_block the same shapes as uint8 e4m3 c
 import ml_dtypes
 import numpy as np
 
-from difftest import generate
+from difftest.model import generate
 from spec.recipes import Recipe
 
 RECIPES = {  # the spec's default rounding points; bf16 has no intermediate to re-quantize
@@ -85,7 +85,7 @@ class FusedMoE:
     ops = ("moe",)
     deterministic = True
     may_crash = False  # a native kernel: True, so that an abort is a finding, not the end of the campaign
-    # what it implements; `fuzz --impl` draws only these configurations (difftest/where.py)
+    # what it implements; `fuzz --impl` draws only these configurations (difftest/model/where.py)
     space = {"quant": ["bf16", "fp8_block"], "method": "renormalize", "activation": "swiglu",
              "half_order": "gate_up", "router_weight_on_input": False, "rsf_placement": "routing",
              "scale_fmt": "fp32", "expert_weights": "prepared"}  # fp32 scales; it takes quantized weights

@@ -32,7 +32,8 @@ SUBNORMALS = ("keep", "flush")
 GROUP_SCORES = ("method", "top2_sum", "max", "top2_sum_if_biased")
 ROUTING_ARITHMETIC = ("fp32", "bf16", "fp16")  # routing_scores, routing_bias_add, routing_group_scores, routing_renorm
 # Among bit-identical routing keys (experts, or groups, whose keys come from bit-identical inputs): the lower index
-# is selected first, the higher one, or no promise (torch.topk). difftest.compare holds a declared rule exactly.
+# is selected first, the higher one, or no promise (torch.topk). difftest.checking.compare holds a declared rule
+# exactly.
 TIE_RULES = ("lower_index", "higher_index", "unspecified")
 # The weight of each fused shared expert (spec/routing.py _routing): "routed_sum_over_rsf" = Σ(routed weights)/rsf,
 # 1 whenever the routed weights were normalized to sum to rsf and 0 where they all vanish (SGLang's fused gate and
@@ -273,7 +274,7 @@ TORCH_EAGER_FP8_BLOCK = Recipe(name="torch_eager_fp8_block", tie_rule="lower_ind
 TORCH_EAGER_BF16 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_bf16", requant_intermediate=False)
 TORCH_EAGER_MXFP8 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_mxfp8")
 TORCH_EAGER_NVFP4 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_nvfp4")
-# The same code on CUDA (difftest/impl_torch.py torch-cuda): cuBLAS epilogues / fp32→bf16 conversions flush
+# The same code on CUDA (difftest/checking/impl_torch.py torch-cuda): cuBLAS epilogues / fp32→bf16 conversions flush
 # subnormals to zero (runs/cuda_findings, campaigns/h200/results.md "Third H200 call").
 TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_cuda_"), subnormals="flush")
                          for r in (TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8, TORCH_EAGER_NVFP4))

@@ -1,6 +1,6 @@
 """Routing implementations that fail on purpose, for tests of crash and hang isolation.
 
-Each object follows the Implementation protocol (difftest/interface.py). ``HEALTHY`` returns softmax
+Each object follows the Implementation protocol (difftest/checking/interface.py). ``HEALTHY`` returns softmax
 top-k routing; the others fail in ``run`` as named. ``BY_SEED`` does ``cycle[case.seed % len(cycle)]``
 (seed 0 healthy), so one worker can meet several faults in a row. The ``cuda`` ones pass the logits
 through the GPU (torch, imported only there) and poison the CUDA context or hang a kernel. Load them

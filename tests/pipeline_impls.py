@@ -3,7 +3,7 @@ latency of a device the host waits on) and an always-wrong routing implementatio
 
 import time
 
-from difftest.impl_torch import TORCH
+from difftest.checking.impl_torch import TORCH
 
 DEVICE_SECONDS = 0.01
 

@@ -9,9 +9,9 @@ import numpy as np
 import torch
 
 import impls.torch_eager as te
-from difftest.generate import weights as generated_weights
-from difftest.impl_spec import routing_kwargs
-from difftest.impl_torch import TORCH
+from difftest.checking.impl_spec import routing_kwargs
+from difftest.checking.impl_torch import TORCH
+from difftest.model.generate import weights as generated_weights
 from spec.recipes import Recipe
 
 EVERY = 64
@@ -34,7 +34,8 @@ ONE_SEED_IN_64 = TORCH._replace(name="planted:one_seed_in_64", ops=("routing",),
 # every accumulation error reaches the output. RNE_ACC sums its GEMMs with torch's fp32 matmul (a correct
 # implementation of the recipe); TRUNCATING_ACC sums them in K order in an fp32 accumulator that rounds toward
 # zero. The truncation changes nearly every output of every case, far below the hard bound (its worst case over
-# summation orders), but always toward zero of the partial sums: the bias test (difftest/bias.py) is what sees it.
+# summation orders), but always toward zero of the partial sums: the bias test (difftest/checking/bias.py) is what sees
+# it.
 FP32_STORES = Recipe(name="fp32_stores", gemm1_out="fp32", act_out="fp32", expert_out="fp32", out="fp32",
                      requant_intermediate=False)
 

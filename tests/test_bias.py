@@ -1,7 +1,7 @@
-"""difftest/bias.py, the bias test: its boundary is the mixture it claims, its false-alarm rate holds for symmetric
-token statistics however heavy-tailed, elements of one token are not independent units (a correct implementation
-moves a whole row one way), correct implementations give no evidence, and a truncating accumulator that stays far
-below the hard bound is caught by its campaign cell."""
+"""difftest/checking/bias.py, the bias test: its boundary is the mixture it claims, its false-alarm rate holds for
+symmetric token statistics however heavy-tailed, elements of one token are not independent units (a correct
+implementation moves a whole row one way), correct implementations give no evidence, and a truncating accumulator
+that stays far below the hard bound is caught by its campaign cell."""
 
 import json
 import math
@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 from planted_bugs import FP32_STORES, RNE_ACC, TRUNCATING_ACC
 
-from difftest import bias, campaign, impl_spec, mutants
-from difftest.case import Case, MoEConfig, RoutingConfig
-from difftest.check import run_case
+from difftest.checking import bias, impl_spec
+from difftest.checking.check import run_case
+from difftest.checking.impl_torch import TORCH
 from difftest.cli import main
-from difftest.generate import ROUTING_DISTS
-from difftest.impl_torch import TORCH
+from difftest.model.case import Case, MoEConfig, RoutingConfig
+from difftest.model.generate import ROUTING_DISTS
+from difftest.running import campaign
+from difftest.selftest import mutants
 from spec.layer import StackedWeights, moe_layer
 from spec.recipes import Recipe
 

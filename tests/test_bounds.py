@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import arrays
 from test_layer import problem, quantized_weights
 from within import assert_within
 
-from difftest.compare import elementwise
+from difftest.checking.compare import elementwise
 from spec import bounds, hopper, mlp, quant, recipes
 from spec.bounds import Err
 from spec.layer import StackedWeights, moe_layer
@@ -330,7 +330,7 @@ def test_torch_eager_reaches_the_bound(path):
     import torch
 
     import impls.torch_eager as te
-    from difftest.impl_torch import expert_tensors
+    from difftest.checking.impl_torch import expert_tensors
 
     x, logits, w13, w2 = (np.abs(a) for a in problem(21, T=512, H=256, I=128, E=4))
     weights = quantized_weights(w13, w2, path)[0]

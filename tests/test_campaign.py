@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from difftest import campaign, fixtures, interface
-from difftest.case import OPS
+from difftest.artifacts import fixtures
+from difftest.checking import interface
+from difftest.model.case import OPS
+from difftest.running import campaign
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICES = [(op, label) for op in OPS for label, _ in campaign.slices(op)]
@@ -58,7 +60,7 @@ def test_campaign(impl_name, op, label, tmp_path):
 
 
 def test_deliberate_bug_is_found_shrunk_recorded_and_replayed(tmp_path):
-    ref = "difftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
+    ref = "difftest.selftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
     impl = interface.load(ref)
     res = campaign.fuzz_cell(
         impl,
@@ -109,7 +111,7 @@ def test_gpu_pinning_respects_outer_mask(monkeypatch, outer, worker, expected):
 
 PLUGIN = """
 import os
-from difftest.impl_spec import SPEC
+from difftest.checking.impl_spec import SPEC
 
 def run(case, inputs):
     if case.config.num_tokens >= 3:
@@ -143,8 +145,8 @@ def test_a_campaign_weight_seed_reaches_every_moe_case():
 
     from hypothesis import strategies as st
 
-    from difftest.case import MoEConfig, RoutingConfig
-    from difftest.impl_spec import SPEC
+    from difftest.checking.impl_spec import SPEC
+    from difftest.model.case import MoEConfig, RoutingConfig
 
     rows = []
     config = MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 32, 16)
@@ -164,7 +166,7 @@ def test_bad_weight_seed_environment_is_a_usage_error():
 def test_database_key_separates_fixed_weights_and_keeps_older_keys():
     """Saved examples must not replay against other weights; a cell without a weight seed keeps the key earlier
     versions wrote, so an existing database still replays."""
-    from difftest.impl_spec import SPEC
+    from difftest.checking.impl_spec import SPEC
 
     key = campaign.database_key
     assert key(SPEC, "moe", "spec", None) == f"{SPEC.name}|moe|spec|None".encode()

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from difftest import fixtures
+from difftest.artifacts import fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 K1 = ROOT / "fixtures" / "routing-bug_deepseek_biased_weights-a601b764f199"
@@ -70,7 +70,8 @@ def test_tables_align_on_the_longest_name():
 
 
 def test_an_unknown_model_fails_before_any_implementation_loads(monkeypatch, capsys):
-    from difftest import cli, run
+    from difftest import cli
+    from difftest.running import run
 
     def no(*args):
         raise AssertionError("an implementation was loaded before the model was checked")
@@ -86,8 +87,8 @@ def test_zero_token_ue8m0_packed_case_is_compared_not_skipped_with_a_numpy_error
     """Was the skip "spec refuses: cannot reshape array of size 0 into shape (0,newaxis,4)"."""
     import numpy as np
 
-    from difftest import check, interface
-    from difftest.case import Case, QuantConfig
+    from difftest.checking import check, interface
+    from difftest.model.case import Case, QuantConfig
     from spec import layouts
 
     assert layouts.pack_ue8m0(np.zeros((0, 5), np.uint8)).shape == (0, 2)
@@ -134,8 +135,9 @@ def test_usage_errors_fail_before_torch_or_any_kernel_library_is_imported(tmp_pa
 def test_a_spec_precondition_is_a_refusal_in_the_specs_words():
     import pytest
 
-    from difftest import generate, impl_spec
-    from difftest.case import Case, CaseError, QuantConfig
+    from difftest.checking import impl_spec
+    from difftest.model import generate
+    from difftest.model.case import Case, CaseError, QuantConfig
 
     case = Case("quant", QuantConfig("nvfp4", 2, 64, group_size=16), "nonfinite", 3)
     with pytest.raises(CaseError, match=r"^spec refuses: nvfp4_quant: x must be finite \(e2m1 has no NaN or Inf\)$"):
@@ -146,8 +148,8 @@ def test_a_numpy_error_inside_the_spec_is_an_error_not_a_skip(monkeypatch):
     """The reshape of an empty array that once made a skip reason: now a finding that names the comparison."""
     import numpy as np
 
-    from difftest import check, impl_spec, interface
-    from difftest.case import Case, QuantConfig
+    from difftest.checking import check, impl_spec, interface
+    from difftest.model.case import Case, QuantConfig
     from spec import layouts, numerics
 
     def old_pack_ue8m0(codes):  # how pack_ue8m0 failed on 0 tokens
@@ -172,9 +174,10 @@ def test_a_numpy_error_inside_the_spec_is_an_error_not_a_skip(monkeypatch):
 def test_runs_are_compressed_and_rows_of_an_older_plain_run_are_kept(tmp_path):
     """cases.jsonl.gz, not ~24 MB of plain rows per 2 minutes; a directory of an older run (plain cases.jsonl)
     resumed into keeps its rows, now compressed, and report reads both forms."""
-    from difftest import campaign, report, rundir
-    from difftest.case import Case, RoutingConfig
-    from difftest.check import Result
+    from difftest.artifacts import report, rundir
+    from difftest.checking.check import Result
+    from difftest.model.case import Case, RoutingConfig
+    from difftest.running import campaign
 
     out = tmp_path / "run"
     out.mkdir()
@@ -196,7 +199,7 @@ def test_runs_are_compressed_and_rows_of_an_older_plain_run_are_kept(tmp_path):
 
 
 def test_replay_of_a_run_directory_replays_its_fixtures(tmp_path):
-    from difftest import replay
+    from difftest.artifacts import replay
 
     shutil.copytree(ROOT / "fixtures" / "K03_raw_logit_weights", tmp_path / "run" / "fixtures" / "K03")
     assert replay.fixture_paths([tmp_path / "run"]) == [tmp_path / "run" / "fixtures" / "K03"]
@@ -214,7 +217,7 @@ def test_a_cut_off_gzip_is_a_one_line_error(tmp_path):
 
 
 def test_a_finding_two_workers_recorded_is_printed_once():
-    from difftest import run
+    from difftest.running import run
 
     def finding(fixture, kind, field, earlier=False):
         return {"op": "routing", "impl": "mine", "kind": kind, "earlier": earlier, "fixture": fixture,

@@ -1,4 +1,4 @@
-"""The comparator's tie-aware validity (difftest/compare.py module docstring) against brute force.
+"""The comparator's tie-aware validity (difftest/checking/compare.py module docstring) against brute force.
 
 Definition: ids are valid iff they are a top-k of the keys under some resolution of keys within 2δ of each other,
 groups included. Brute force here: every set of topk_group groups and every set of top_k experts on E <= 8,
@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest import compare, impl_spec
-from difftest.case import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS, RoutingConfig
+from difftest.checking import compare, impl_spec
+from difftest.model.case import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS, RoutingConfig
 from spec.recipes import GROUP_SCORES, Recipe
 
 PALETTE = (-1000.0, -200.0, -120.0, -3.0, -1.0, 0.0, 0.5, 1.0, 2.0, 30.0)  # repeats give exact ties

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import impls.torch_eager as te
-from difftest import generate as gen
-from difftest.impl_torch import expert_tensors
+from difftest.checking.impl_torch import expert_tensors
+from difftest.model import generate as gen
 from spec import routing as sr
 from spec.layer import QUANT_PATHS, moe_layer
 from spec.mlp import ACTIVATIONS, GATED_ACTIVATIONS

@@ -6,7 +6,9 @@ import sys
 
 from hypothesis.database import InMemoryExampleDatabase
 
-from difftest import campaign, interface, presets, strategies
+from difftest.checking import interface
+from difftest.model import presets, strategies
+from difftest.running import campaign
 
 
 class Recording(InMemoryExampleDatabase):

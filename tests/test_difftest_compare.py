@@ -1,13 +1,15 @@
-"""difftest.compare / difftest.check: each check can fail, and ties decided another valid way pass."""
+"""difftest.checking.compare / difftest.checking.check: each check can fail, and ties decided another valid way pass."""
 
 import itertools
 
 import numpy as np
 import pytest
 
-from difftest import bug_models, check, compare, generate, impl_spec
-from difftest.case import Case, MoEConfig, QuantConfig, RoutingConfig
-from difftest.impl_spec import SPEC
+from difftest.checking import check, compare, impl_spec
+from difftest.checking.impl_spec import SPEC
+from difftest.model import generate
+from difftest.model.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.selftest import bug_models
 
 DS = RoutingConfig("deepseek_v3", 8, 16, 4, 4, 2, 2.5, bias_dtype="fp32")
 
@@ -306,7 +308,7 @@ def test_spec_vs_ideal_excludes_only_underflowing_rows():
 
 
 def generate_inputs(case):
-    from difftest import generate
+    from difftest.model import generate
 
     return generate.inputs(case)
 

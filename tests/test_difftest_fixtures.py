@@ -1,4 +1,4 @@
-"""difftest.fixtures and the CLI: fixtures round trip, bad fixtures are one-line errors (exit 2), replay
+"""difftest.artifacts.fixtures and the CLI: fixtures round trip, bad fixtures are one-line errors (exit 2), replay
 reproduces a recorded finding, exit codes."""
 
 import json
@@ -10,11 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftest import bug_models, check, cli, fixtures, generate, impl_spec, replay
-from difftest.case import Case, RoutingConfig
+from difftest import cli
+from difftest.artifacts import fixtures, replay
+from difftest.checking import check, impl_spec
+from difftest.model import generate
+from difftest.model.case import Case, RoutingConfig
+from difftest.selftest import bug_models
 
 ROOT = Path(__file__).resolve().parents[1]
-K1 = "difftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
+K1 = "difftest.selftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
 CASE = Case("routing", RoutingConfig("deepseek_v3", 3, 8, 2, 2, 1, 2.5, bias_dtype="fp32"), "normal", 4)
 
 
@@ -189,10 +193,10 @@ def test_half_written_fixture_is_not_discovered_and_does_not_block(k1):
 
 def test_open_fixture_failed_by_a_correct_implementation_is_not_as_recorded(k1):
     # RSF_TWICE stands in for an implementation believed correct that fails this case too
-    rows = replay.replay_fixture(fixtures.load(k1), ["torch", "difftest.bug_models:RSF_TWICE"])
+    rows = replay.replay_fixture(fixtures.load(k1), ["torch", "difftest.selftest.bug_models:RSF_TWICE"])
     assert ("bug:rsf_twice", "fail") in [r[:2] for r in rows]
     assert not replay.expectation_met(fixtures.load(k1), rows)
-    r = run_cli("replay", str(k1), "--impl", "difftest.bug_models:RSF_TWICE")
+    r = run_cli("replay", str(k1), "--impl", "difftest.selftest.bug_models:RSF_TWICE")
     assert r.returncode == 1 and "NOT as recorded" in r.stdout, r.stdout + r.stderr
 
 
@@ -218,7 +222,7 @@ def test_cli_exit_codes(k1, tmp_path):
 
 
 def test_fixture_of_a_fixed_weight_case_keeps_its_weight_seed(tmp_path, capsys):
-    from difftest.case import MoEConfig
+    from difftest.model.case import MoEConfig
 
     case = Case("moe", MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 32, 16), "normal", 9, weight_seed=0)
     recipe = impl_spec.SPEC.recipe(case)

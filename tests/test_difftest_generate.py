@@ -1,4 +1,4 @@
-"""difftest.case and difftest.generate: validation, JSON round trip, bit-exact generation, distributions."""
+"""difftest.model.case and difftest.model.generate: validation, JSON round trip, bit-exact generation, distributions."""
 
 import math
 from dataclasses import replace
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from difftest import generate, strategies
-from difftest.case import Case, CaseError, MoEConfig, QuantConfig, RoutingConfig
+from difftest.model import generate, strategies
+from difftest.model.case import Case, CaseError, MoEConfig, QuantConfig, RoutingConfig
 
 DS = RoutingConfig("deepseek_v3", 4, 16, 4, 4, 2, 2.5, bias_dtype="fp32")
 
@@ -162,7 +162,7 @@ def test_quantized_layers_are_sometimes_wider_than_one_block_but_small():
 
 
 def test_fused_kernel_adapters_get_the_stacked_expert_weights():
-    from difftest.interface import with_stacked_weights
+    from difftest.checking.interface import with_stacked_weights
 
     case = Case("moe", MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 32, 16, quant="fp8_block"), "normal", 3)
     full = with_stacked_weights(case, generate.inputs(case))
@@ -182,7 +182,7 @@ W_KEYS = ("w13", "w13_scale", "w2", "w2_scale")
 
 
 def test_weight_seed_fixes_the_weights_and_defaults_to_the_case_seed():
-    from difftest.fixtures import weights_digest
+    from difftest.artifacts.fixtures import weights_digest
 
     a, b = Case("moe", SMALL_MOE, "normal", 1, weight_seed=0), Case("moe", SMALL_MOE, "normal", 2, weight_seed=0)
     assert weights_digest(a) == weights_digest(b) == weights_digest(Case("moe", SMALL_MOE, "normal", 0))
@@ -235,7 +235,7 @@ def test_fixed_weights_keep_their_sign_and_free_weights_reach_nonneg():
 
 
 def test_only_presets_with_fixed_weights_have_a_weight_seed(monkeypatch):
-    from difftest import presets
+    from difftest.model import presets
 
     assert [n for n in presets.PRESETS if presets.weight_seed(n) is not None] == [presets.MONO_MOE]
     monkeypatch.setattr(presets, "WEIGHT_SEED", "12")
@@ -251,7 +251,7 @@ def test_mono_moe_cases_share_their_weights_but_not_their_inputs():
     is a pure function (pinned above): generating all 256 experts here would take a minute."""
     from hypothesis import assume, settings
 
-    from difftest import presets
+    from difftest.model import presets
 
     mono = strategies.cases("moe", presets.configs(presets.MONO_MOE, "moe"),
                             weight_seed=presets.weight_seed(presets.MONO_MOE))
@@ -268,7 +268,7 @@ def test_mono_moe_cases_share_their_weights_but_not_their_inputs():
 
 
 def test_stacked_weights_are_the_same_read_only_arrays_while_the_weights_stay():
-    from difftest.interface import with_stacked_weights
+    from difftest.checking.interface import with_stacked_weights
 
     a, b = Case("moe", SMALL_MOE, "normal", 1, weight_seed=0), Case("moe", SMALL_MOE, "tiny", 2, weight_seed=0)
     first = with_stacked_weights(a, generate.inputs(a))
@@ -286,7 +286,7 @@ def test_mono_moe_adapter_prepares_fixed_weights_once(monkeypatch):
     """Two cases of one campaign weight seed: one weight preparation (the 800 MB GPU upload), not two; the other
     half order prepares again."""
     torch = pytest.importorskip("torch")
-    from difftest.interface import with_stacked_weights
+    from difftest.checking.interface import with_stacked_weights
     from impls.flashinfer import mono_moe
 
     prepared = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest import fixtures
+from difftest.artifacts import fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"
@@ -44,7 +44,7 @@ def test_plugin_reference_is_stored_relative_to_the_working_directory(found):
 def test_portable_ref(monkeypatch):
     monkeypatch.chdir(ROOT)
     assert fixtures.portable_ref("torch") == "torch"
-    assert fixtures.portable_ref("difftest.bug_models:RSF_TWICE") == "difftest.bug_models:RSF_TWICE"
+    assert fixtures.portable_ref("difftest.selftest.bug_models:RSF_TWICE") == "difftest.selftest.bug_models:RSF_TWICE"
     assert fixtures.portable_ref(f"{EXAMPLE}:X") == "examples/plugin_example.py:X"
     assert fixtures.portable_ref("examples/../examples/plugin_example.py:X") == "examples/plugin_example.py:X"
     assert fixtures.portable_ref("/nowhere/else/p.py:X") == "/nowhere/else/p.py:X"

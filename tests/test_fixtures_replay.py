@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest import fixtures, replay
+from difftest.artifacts import fixtures, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 FOUND = fixtures.discover(ROOT / "fixtures")

@@ -164,7 +164,7 @@ def test_fused_topk_limits():
 def test_fused_topk_deepseek_refuses_bf16_logits_with_the_recipe_reason():
     import dataclasses
 
-    from difftest.case import RoutingConfig
+    from difftest.model.case import RoutingConfig
 
     c = RoutingConfig(method="deepseek_v3", num_tokens=2, num_experts=256, top_k=8, n_group=8, topk_group=4,
                       eps=1e-20, logits_dtype="bf16")
@@ -180,7 +180,7 @@ def test_adapters_name_recipes_the_spec_defines():
 
 
 def test_fused_topk_refuses_zero_tokens_with_the_f4_reason():
-    from difftest.case import RoutingConfig
+    from difftest.model.case import RoutingConfig
     from impls.flashinfer import fused_topk_deepseek as ft
 
     ok = RoutingConfig("deepseek_v3", 4, 256, 8, 8, 4, 2.5, renormalize=True, eps=ft.EPS)
@@ -193,7 +193,7 @@ def test_mono_moe_preset_draws_the_kernel_shape():
     """`fuzz --model mono-moe` draws E=256, I=512, H=2048, T <= 8; only T = 0 is refused (by the adapter)."""
     from hypothesis import given, settings
 
-    from difftest import presets
+    from difftest.model import presets
     from impls.flashinfer import mono_moe
 
     reasons = []

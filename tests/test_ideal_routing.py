@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest import generate, strategies
+from difftest.model import generate, strategies
 from spec import routing as sr
 
 

@@ -13,9 +13,9 @@ import faulty_impls
 import numpy as np
 import pytest
 
-from difftest.case import Case, RoutingConfig
-from difftest.generate import inputs
-from difftest.isolation import (
+from difftest.model.case import Case, RoutingConfig
+from difftest.model.generate import inputs
+from difftest.running.isolation import (
     IsolatedRunner,
     WorkerStartError,
     atomic_write_bytes,
@@ -158,7 +158,7 @@ def test_bad_references_and_timeouts_are_rejected(tmp_path):
 
 
 def test_run_rejects_non_case(runner):
-    with pytest.raises(TypeError, match="takes a difftest.case.Case, got dict"):
+    with pytest.raises(TypeError, match="takes a difftest.model.case.Case, got dict"):
         runner.run(case().to_dict())
     with pytest.raises(ValueError, match="timeout_s must be a positive number"):
         runner.run(case(), timeout_s=-1)
@@ -168,8 +168,8 @@ def test_run_rejects_non_case(runner):
 
 CAMPAIGN = """
 import sys
-from difftest.case import Case
-from difftest.isolation import IsolatedRunner
+from difftest.model.case import Case
+from difftest.running.isolation import IsolatedRunner
 with IsolatedRunner(sys.argv[1], 60.0, sys.argv[2]) as r:
     for c in sys.argv[3:]:
         r.run(Case.from_json(c))

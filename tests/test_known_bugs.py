@@ -1,4 +1,4 @@
-"""The K1-K15 reproduction fixtures (difftest/known_bugs.py, fixtures/): each is in the catalogue, triggers
+"""The K1-K15 reproduction fixtures (difftest/selftest/known_bugs.py, fixtures/): each is in the catalogue, triggers
 its bug's mechanism, fails on its bug model, passes on the spec and torch, is not applicable (with a reason)
 to the implementations that cannot run here, and still holds the spec's current output."""
 
@@ -9,11 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftest import check, fixtures, generate, impl_spec, known_bugs, replay
-from difftest.case import Case
+from difftest.artifacts import fixtures, replay
+from difftest.checking import check, impl_spec
+from difftest.model import generate
+from difftest.model.case import Case
+from difftest.selftest import known_bugs
 
 ROOT = Path(__file__).resolve().parents[1]
-PREFIX = "bug:K"  # registry names (difftest/interface.py SELF_TEST)
+PREFIX = "bug:K"  # registry names (difftest/checking/interface.py SELF_TEST)
 PATHS = [p for p in fixtures.discover(ROOT / "fixtures")
          if json.loads((p / "case.json").read_text())["impl"]["ref"].startswith(PREFIX)]
 CORRECT = ("spec", "torch")
@@ -28,7 +31,7 @@ def test_every_catalogued_bug_has_its_fixture():
     recorded = {_key(p): Case.from_dict(json.loads((p / "case.json").read_text())["case"]) for p in PATHS}
     assert [b.key for b in known_bugs.BUGS] == [f"K{i}" for i in range(1, 16)]
     assert recorded == {b.key: b.case for b in known_bugs.BUGS}, \
-        "fixtures/ and difftest/known_bugs.py differ: run python tools/make_known_bug_fixtures.py"
+        "fixtures/ and difftest/selftest/known_bugs.py differ: run python tools/make_known_bug_fixtures.py"
 
 
 @pytest.mark.parametrize("path", PATHS, ids=_key)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from hypothesis import settings
 
-from difftest import campaign, interface, presets
-from difftest.campaign import Signature, field_of
+from difftest.checking import interface
+from difftest.model import presets
+from difftest.running import campaign
+from difftest.running.campaign import Signature, field_of
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"

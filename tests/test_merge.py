@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest import merge, rundir
+from difftest.artifacts import merge, rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_CASES, H200_FIXTURES = 587, 4

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest import presets
+from difftest.model import presets
 from impls.flashinfer import _trtllm
 from impls.torch_eager import routing as torch_routing
 from spec import routing
@@ -59,7 +59,7 @@ def method_lists(path):
 
 
 @pytest.mark.parametrize("path", sorted(p.relative_to(ROOT).as_posix() for d in ("spec", "difftest")
-                                        for p in (ROOT / d).glob("*.py")))
+                                        for p in (ROOT / d).rglob("*.py")))
 def test_no_module_keeps_its_own_list_of_methods(path):
     if path == "spec/routing.py":  # the table itself
         return

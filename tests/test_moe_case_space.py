@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from difftest import campaign, compare, generate, impl_spec, mutants
-from difftest.case import Case, MoEConfig, RoutingConfig
-from difftest.check import run_case
-from difftest.impl_torch import TORCH
+from difftest.checking import compare, impl_spec
+from difftest.checking.check import run_case
+from difftest.checking.impl_torch import TORCH
+from difftest.model import generate
+from difftest.model.case import Case, MoEConfig, RoutingConfig
+from difftest.running import campaign
+from difftest.selftest import mutants
 from spec import bounds
 from spec.layer import PreparedWeights, moe_layer, quantize
 from spec.quant import w13_block_quant

@@ -1,14 +1,15 @@
-"""The mutation self-test (difftest/mutants.py): every seeded bug is found by the tester's own search within a
+"""The mutation self-test (difftest/selftest/mutants.py): every seeded bug is found by the tester's own search within a
 fixed budget of generated cases, while the unpatched copy and the equivalent mutants are never flagged.
 Seconds to kill are a benchmark (`python -m difftest mutants`), not asserted here."""
 
 import numpy as np
 import pytest
 
-from difftest import interface, mutants
-from difftest.case import QUANT_PATHS, ROUTING_METHODS, Case, MoEConfig, QuantConfig, RoutingConfig
-from difftest.check import run_case
-from difftest.impl_torch import TORCH
+from difftest.checking import interface
+from difftest.checking.check import run_case
+from difftest.checking.impl_torch import TORCH
+from difftest.model.case import QUANT_PATHS, ROUTING_METHODS, Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.selftest import mutants
 
 KILL_BUDGET = 600  # generated cases per mutant (the CLI default, mutants.MAX_EXAMPLES)
 NO_TIME_LIMIT = float("inf")  # the example budget alone decides, so a loaded machine cannot fail a test
@@ -34,10 +35,10 @@ def test_catalogue_builds_and_is_documented():
 
 
 def test_mutant_reference_resolves_like_a_plugin():
-    impl = interface.load("difftest.mutants:rsf_applied_twice")
+    impl = interface.load("difftest.selftest.mutants:rsf_applied_twice")
     assert impl is mutants.build("rsf_applied_twice")
     with pytest.raises(interface.ImplError, match="no attribute"):
-        interface.load("difftest.mutants:no_such_mutant")
+        interface.load("difftest.selftest.mutants:no_such_mutant")
 
 
 CASES = [
@@ -62,7 +63,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.op for c in CASES])
 def test_identity_copy_gives_the_same_bits_as_torch(case):
     """The copy mechanism itself (fresh package + the adapter's own source) changes nothing."""
-    from difftest import generate
+    from difftest.model import generate
 
     inputs = generate.inputs(case)
     copy, original = mutants.build("identity").run(case, inputs), TORCH.run(case, inputs)
@@ -73,7 +74,7 @@ def test_identity_copy_gives_the_same_bits_as_torch(case):
 
 def test_a_mutant_changes_what_it_says():
     case = CASES[0]
-    from difftest import generate
+    from difftest.model import generate
 
     inputs = generate.inputs(case)
     twice = mutants.build("rsf_applied_twice").run(case, inputs)["weights"][:, :4]
@@ -136,7 +137,7 @@ def test_fast_mutant_killed_shrunk_and_recorded(name, tmp_path):
     assert k.killed, f"{name} survived {k.examples} cases"
     assert k.examples <= KILL_BUDGET and k.fixture is not None
     assert mutants.reproducer_size(k.case)["tokens"] <= 4, k.case  # shrunk, not the first failing draw
-    r = run_case(interface.load(f"difftest.mutants:{name}"), Case.from_dict(k.case))
+    r = run_case(interface.load(f"difftest.selftest.mutants:{name}"), Case.from_dict(k.case))
     assert r.status in ("fail", "error"), r
 
 

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from difftest import campaign, interface
-from difftest.impl_spec import SPEC
+from difftest.checking import interface
+from difftest.checking.impl_spec import SPEC
+from difftest.running import campaign
 
 ROOT = Path(__file__).resolve().parents[1]
 DECLINER = """
-from difftest.impl_spec import SPEC
+from difftest.checking.impl_spec import SPEC
 
 DECLINES = SPEC._replace(name="decliner", ops=("routing",), unsupported=lambda case: "declines every case")
 """

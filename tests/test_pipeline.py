@@ -1,4 +1,4 @@
-"""difftest/pipeline.py: batches run on the (fake) device while verifier processes compare them with the spec;
+"""difftest/running/pipeline.py: batches run on the (fake) device while verifier processes compare them with the spec;
 every case gets its verdict, a wrong implementation becomes a replayable fixture, and the device accounting adds
 up. Throughput is a benchmark (campaigns/h200/pipeline_bench.sh, benchmarks/run.py), not a test."""
 
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pipeline_impls
 
-from difftest import campaign, fixtures, interface, pipeline
-from difftest.run import campaign_cells
+from difftest.artifacts import fixtures
+from difftest.checking import interface
+from difftest.running import campaign, pipeline
+from difftest.running.run import campaign_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPLS = Path(__file__).resolve().parent / "pipeline_impls.py"
@@ -72,9 +74,9 @@ def test_the_hint_names_the_device_process_as_the_bottleneck():
 
 def test_command_line(tmp_path):
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "-m", "difftest.pipeline", "--impl", f"{IMPLS}:DOUBLED", "--time-budget", "3",
-                        "--batch", "4", "--verifiers", "1", "--out", str(out)], capture_output=True, text=True,
-                       cwd=ROOT)
+    p = subprocess.run([sys.executable, "-m", "difftest.running.pipeline", "--impl", f"{IMPLS}:DOUBLED",
+                        "--time-budget", "3", "--batch", "4", "--verifiers", "1", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 1, p.stderr
     assert "per device-minute" in p.stdout and "FINDING [routing, planted:doubled_first_weight" in p.stdout
     assert json.loads((out / "pipeline-summary.json").read_text())["findings"]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest import fixtures, interface
+from difftest.artifacts import fixtures
+from difftest.checking import interface
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"
@@ -72,7 +73,7 @@ BF16_CASES = [(bias, dist, seed) for bias in ("fp32", None) for dist in ("normal
 
 
 def _bf16_case(bias, dist, seed, logits_dtype="bf16"):
-    from difftest.case import Case, RoutingConfig
+    from difftest.model.case import Case, RoutingConfig
 
     config = RoutingConfig(method="deepseek_v3", num_tokens=64, num_experts=64, top_k=6, n_group=8, topk_group=3,
                            routed_scaling_factor=2.5, logits_dtype=logits_dtype, bias_dtype=bias)
@@ -81,7 +82,7 @@ def _bf16_case(bias, dist, seed, logits_dtype="bf16"):
 
 @pytest.mark.parametrize("bias,dist,seed", BF16_CASES)
 def test_bf16_arithmetic_plugin_passes_with_its_recipe(bias, dist, seed):
-    from difftest import check
+    from difftest.checking import check
 
     r = check.run_case(interface.load(f"{BF16_EXAMPLE}:GROUPED_TOPK_BF16"), _bf16_case(bias, dist, seed))
     assert r.status == "pass", r.message
@@ -89,7 +90,7 @@ def test_bf16_arithmetic_plugin_passes_with_its_recipe(bias, dist, seed):
 
 @pytest.mark.parametrize("bias,dist,seed", BF16_CASES)
 def test_bf16_arithmetic_plugin_fails_claiming_fp32(bias, dist, seed):
-    from difftest import check
+    from difftest.checking import check
 
     r = check.run_case(interface.load(f"{BF16_EXAMPLE}:UNDECLARED"), _bf16_case(bias, dist, seed))
     assert r.status == "fail" and r.ratio > 100, (r.status, r.ratio, r.message)
@@ -97,7 +98,7 @@ def test_bf16_arithmetic_plugin_fails_claiming_fp32(bias, dist, seed):
 
 @pytest.mark.parametrize("bias", ["fp32", None])
 def test_bf16_arithmetic_plugin_is_fp32_exact_on_fp32_logits(bias):
-    from difftest import check
+    from difftest.checking import check
 
     r = check.run_case(interface.load(f"{BF16_EXAMPLE}:UNDECLARED"), _bf16_case(bias, "normal", 0, "fp32"))
     assert r.status == "pass", r.message

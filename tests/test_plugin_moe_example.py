@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from difftest import interface
+from difftest.checking import interface
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin_moe_example.py"

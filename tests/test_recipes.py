@@ -26,7 +26,7 @@ def test_unknown_field_and_value_are_one_line_errors():
 
 @pytest.mark.parametrize("path", sorted(RECIPE))
 def test_torch_cuda_recipe_is_the_named_flush_row(path):
-    from difftest.impl_torch import recipe_cuda
+    from difftest.checking.impl_torch import recipe_cuda
 
     class _Config:
         quant = path

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest import campaign, fixtures, rundir
+from difftest.artifacts import fixtures, rundir
+from difftest.running import campaign
 
 redis = pytest.importorskip("redis", reason="the redis client is not installed (pip install 'moe-difftest[test]')")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftest import check, compare, impl_spec
-from difftest.case import Case, RoutingConfig
-from difftest.tie_orders import REVERSED_TIES
+from difftest.checking import check, compare, impl_spec
+from difftest.model.case import Case, RoutingConfig
+from difftest.selftest.tie_orders import REVERSED_TIES
 from spec import recipes
 from spec.routing import route
 
@@ -191,7 +191,7 @@ def test_finding_fixture_passes_and_recorded_a_failure(fid):
     meta = json.loads((ROOT / "fixtures" / fid / "case.json").read_text())
     assert meta["status"] == "fixed" and meta["observed"]["status"] == "fail"
     case = Case.from_dict(meta["case"])
-    from difftest.interface import load
+    from difftest.checking.interface import load
 
     impl = load(meta["impl"]["ref"])
     assert check.run_case(impl, case).status == "pass"
@@ -201,7 +201,7 @@ def test_r02_reversed_ties_differ_from_the_spec():
     """R02 is not vacuous: the other tie order really selects other experts than the spec."""
     case = Case("routing", RoutingConfig(method="deepseek_v2", num_tokens=4, num_experts=8, top_k=4, n_group=4,
                                          topk_group=2, group_mask_value=0.0), "large", 0)
-    from difftest import generate
+    from difftest.model import generate
 
     inputs = generate.inputs(case)
     own = impl_spec.route(case.config, inputs, None).ids

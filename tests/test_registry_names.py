@@ -1,5 +1,5 @@
-"""The self-test's implementations have registry names (difftest/interface.py SELF_TEST: bug:K01 ..., bug:<name>,
-tie_order:<name>) and committed fixtures name them by those, not by a module path that regrouping difftest/
+"""The self-test's implementations have registry names (difftest/checking/interface.py SELF_TEST: bug:K01 ...,
+bug:<name>, tie_order:<name>) and committed fixtures name them by those, not by a module path that regrouping difftest/
 would break; the module references still load the same objects."""
 
 import json
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from difftest import bug_models, fixtures, interface, known_bugs, tie_orders
+from difftest.artifacts import fixtures
+from difftest.checking import interface
+from difftest.selftest import bug_models, known_bugs, tie_orders
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,14 +23,18 @@ from faulty_impls import CPU_FAULTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest import bug_models, check, cli, fixtures, generate, impl_spec, rundir
-from difftest import run as fuzz_run
-from difftest.case import Case, CaseError, QuantConfig, RoutingConfig
-from difftest.isolation import pending_cases
+from difftest import cli
+from difftest.artifacts import fixtures, rundir
+from difftest.checking import check, impl_spec
+from difftest.model import generate
+from difftest.model.case import Case, CaseError, QuantConfig, RoutingConfig
+from difftest.running import run as fuzz_run
+from difftest.running.isolation import pending_cases
+from difftest.selftest import bug_models
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTY = "tests/faulty_impls.py"
-K1 = "difftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
+K1 = "difftest.selftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
 # --model deepseek-v3: one routing cell around DeepSeek-V3, where K1's bug shows on the first examples
 K1_CAMPAIGN = ["fuzz", "--impl", K1, "--model", "deepseek-v3", "--workers", "1"]
 CASE = Case("routing", RoutingConfig("deepseek_v3", 3, 8, 2, 2, 1, 2.5, bias_dtype="fp32"), "normal", 4)
@@ -147,7 +151,7 @@ def test_report_of_a_missing_run_directory_is_a_one_line_error(tmp_path, capsys)
 
 
 def test_first_case_of_a_fresh_worker_gets_the_first_timeout(tmp_path):
-    from difftest.isolation import IsolatedRunner
+    from difftest.running.isolation import IsolatedRunner
 
     def case(fault):  # faulty_impls.BY_SEED does cycle[seed % len(cycle)]
         return Case("routing", RoutingConfig("renormalize", 5, 8, 2), "normal", BY_SEED_CYCLE.index(fault))
@@ -391,7 +395,7 @@ VALUES = [
     "",
     "no_such_impl",
     "x.py:NOPE",
-    "difftest.bug_models:NOPE",
+    "difftest.selftest.bug_models:NOPE",
     "../..",
     "/",
     "\x00",
@@ -494,7 +498,7 @@ DETERMINISM = [
 
 def test_inputs_are_bit_identical_in_another_process():
     script = (
-        "import sys; from difftest.case import Case; from difftest.generate import digest, inputs\n"
+        "import sys; from difftest.model.case import Case; from difftest.model.generate import digest, inputs\n"
         "for line in sys.stdin: print(digest(inputs(Case.from_json(line))))"
     )
     stdin = "".join(c.to_json() + "\n" for c in DETERMINISM)

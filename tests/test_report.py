@@ -1,4 +1,4 @@
-"""difftest/report.py: the campaign report renders from a run directory written with the tester's own row,
+"""difftest/artifacts/report.py: the campaign report renders from a run directory written with the tester's own row,
 summary and fixture writers, holds the input's numbers, loads nothing from the network, and reads in a
 browser (headless Chromium screenshot where Chromium is installed)."""
 
@@ -13,9 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from difftest import campaign, fixtures, generate, impl_spec, interface, presets, report, run, rundir
-from difftest.case import CONFIGS, Case, MoEConfig, QuantConfig, RoutingConfig
-from difftest.check import Result
+from difftest.artifacts import fixtures, report, rundir
+from difftest.checking import impl_spec, interface
+from difftest.checking.check import Result
+from difftest.model import generate, presets
+from difftest.model.case import CONFIGS, Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.running import campaign, run
 
 pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (extra 'report')")
 
@@ -285,7 +288,7 @@ def test_every_value_the_strategies_draw_has_a_coverage_cell(op):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from difftest import strategies
+    from difftest.model import strategies
 
     domains = {name: set(values) for _, ops, name, values in report.ENUM_AXES if op in ops}
     floors = {name: (b[op] if isinstance(b, dict) else b) for _, ops, name, b in report.SHAPE_AXES if op in ops}

@@ -11,8 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from difftest import check, interface, where  # noqa: E402
-from difftest.case import Case, QuantConfig, RoutingConfig  # noqa: E402
+from difftest.checking import check, interface  # noqa: E402
+from difftest.model import where  # noqa: E402
+from difftest.model.case import Case, QuantConfig, RoutingConfig  # noqa: E402
 from impls.sglang import ADAPTERS, _env, adapter  # noqa: E402
 from impls.sglang import per_token_group_quant_8bit as ptg  # noqa: E402
 from spec import layouts  # noqa: E402

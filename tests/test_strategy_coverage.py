@@ -9,10 +9,11 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from difftest import campaign, strategies
-from difftest.case import FIELD_DOMAINS, OPS, Case
-from difftest.impl_torch import TORCH
-from difftest.report import coverage
+from difftest.artifacts.report import coverage
+from difftest.checking.impl_torch import TORCH
+from difftest.model import strategies
+from difftest.model.case import FIELD_DOMAINS, OPS, Case
+from difftest.running import campaign
 
 
 def _key(v):
@@ -50,7 +51,7 @@ def _drawn_values(op, configs, field):
 
 def test_space_only_values_are_drawn_through_a_filter():
     """A value left to --where / a plug-in's space is drawn when asked for."""
-    from difftest import where
+    from difftest.model import where
     for op, fields in strategies.SPACE_ONLY.items():
         for field, values in fields.items():
             for v in values:
@@ -93,7 +94,7 @@ def _row(op, config, status="pass"):
 def test_the_coverage_table_lists_reachable_values_only():
     """An axis lists exactly the reachable values (a value seen but not reachable, from an older tester, is
     appended, so nothing hit is hidden): the moe hidden dtype fp16 is there and is counted."""
-    from difftest.case import MoEConfig, RoutingConfig
+    from difftest.model.case import MoEConfig, RoutingConfig
 
     fp16 = MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 16, 16, hidden_dtype="fp16")
     rep = coverage([_row("moe", fp16)])

@@ -1,10 +1,12 @@
 """What makes small campaign cases cheap changes nothing they find: the memoized Pareto keys
-(difftest/pareto_keys.py) leave a seeded cell's examples as they were. (The cached strategies of
-difftest/strategies.py draw the same cases: test_difftest_generate.py, test_database.py.)"""
+(difftest/running/pareto_keys.py) leave a seeded cell's examples as they were. (The cached strategies of
+difftest/model/strategies.py draw the same cases: test_difftest_generate.py, test_database.py.)"""
 
 from hypothesis.internal.conjecture import pareto
 
-from difftest import campaign, interface, pareto_keys, strategies
+from difftest.checking import interface
+from difftest.model import strategies
+from difftest.running import campaign, pareto_keys
 
 
 def seeded_cell(tmp_path, name, method="deepseek_v3", examples=250):
@@ -19,7 +21,7 @@ def seeded_cell(tmp_path, name, method="deepseek_v3", examples=250):
 
 
 def test_memoized_pareto_keys_search_the_same_examples(tmp_path):
-    assert getattr(pareto.sort_key, "memoizes", None) is not None, "difftest.campaign installs the memoized keys"
+    assert getattr(pareto.sort_key, "memoizes", None) is not None, "the campaign module installs the memoized keys"
     fast = seeded_cell(tmp_path, "memoized")
     pareto_keys.uninstall()
     try:

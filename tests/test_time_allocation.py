@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from difftest import campaign
+from difftest.running import campaign
 
 ROOT = Path(__file__).resolve().parents[1]
 COST = {"routing": 0.002, "quant": 0.01, "moe": 0.6}  # seconds per example, as on this machine (moe: wide layers)

@@ -1,7 +1,7 @@
 """impls/torch_eager against spec/, op by op: routing tie-aware, quantization bit-exact, the layer within the
 spec's derived bound (spec/bounds.py).
 
-Inputs come from difftest/generate.py (PCG64 bits + exact transforms, deterministic from the drawn seed); the
+Inputs come from difftest/model/generate.py (PCG64 bits + exact transforms, deterministic from the drawn seed); the
 configuration is drawn by Hypothesis. The two sides were written independently, so every agreement here is
 evidence. Tolerances are derived, never typed in:
 
@@ -14,7 +14,7 @@ evidence. Tolerances are derived, never typed in:
   hard bound between two implementations (bounds.routing_weight_bound) plus twice the underflow allowance
   (bounds.routing_underflow). A token whose renormalizing denominator may vanish (0/0 = NaN on one side, a number
   on the other) is not compared (counted as a Hypothesis event). Every bound must be a finite number wherever the
-  two sides differ (difftest.compare.elementwise fails otherwise).
+  two sides differ (difftest.checking.compare.elementwise fails otherwise).
 """
 
 import math
@@ -26,9 +26,9 @@ from hypothesis import event, given, reject, settings
 from hypothesis import strategies as st
 
 import impls.torch_eager as te
-from difftest import compare
-from difftest import generate as gen
-from difftest.impl_torch import expert_tensors
+from difftest.checking import compare
+from difftest.checking.impl_torch import expert_tensors
+from difftest.model import generate as gen
 from spec import bounds, layouts
 from spec import quant as sq
 from spec import routing as sr

@@ -14,9 +14,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
                                 reason="flashinfer-python not installed")
 torch = pytest.importorskip("torch")
 
-from difftest import check, impl_spec  # noqa: E402
-from difftest.case import Case, MoEConfig, RoutingConfig  # noqa: E402
-from difftest.interface import from_adapter_module  # noqa: E402
+from difftest.checking import check, impl_spec  # noqa: E402
+from difftest.checking.interface import from_adapter_module  # noqa: E402
+from difftest.model.case import Case, MoEConfig, RoutingConfig  # noqa: E402
 from impls.flashinfer import _trtllm_gen_ops as ops  # noqa: E402
 from impls.flashinfer import trtllm_gen_nogemm as ng  # noqa: E402
 from impls.flashinfer import trtllm_gen_routing as tg  # noqa: E402
@@ -164,7 +164,7 @@ def test_pipeline_with_cpu_kernels_matches_the_spec(config, monkeypatch):
 
 
 def _run_on_cpu(case, inputs, monkeypatch):
-    from difftest.interface import with_stacked_weights
+    from difftest.checking.interface import with_stacked_weights
 
     monkeypatch.setattr(tg, "trtllm_gen_routing", fake_routing(case, inputs))
     for name, fake in (("permute", fake_permute), ("activation", fake_activation), ("finalize", fake_finalize)):
@@ -185,8 +185,9 @@ def test_layer_bound_carries_the_tanh_approx_term_of_renormalized_weights():
     """H200 finding (session 3, nemotron-h through the composed layer): with tanh.approx sigmoids of very negative
     logits, renormalized weights move by (rsf + k·w)·η/Σs, far more than the unrenormalized rsf·η the layer used
     to charge; its bound was 0 where the kernel's output was one bf16 ulp off. One ulp now passes, three fail."""
-    from difftest import compare, generate, impl_spec
-    from difftest.case import Case
+    from difftest.checking import compare, impl_spec
+    from difftest.model import generate
+    from difftest.model.case import Case
 
     case = Case.from_dict({"config": {"activation": "relu2", "half_order": "gate_up", "hidden_dtype": "bf16",
                                       "hidden_size": 240, "intermediate_size": 128, "local_expert_offset": 0,

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
                                 "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
 torch = pytest.importorskip("torch")
 
-from difftest.case import RoutingConfig  # noqa: E402
+from difftest.model.case import RoutingConfig  # noqa: E402
 from impls.flashinfer import _trtllm_gen_jit as jit  # noqa: E402
 from impls.flashinfer import trtllm_gen_routing as tg  # noqa: E402
 
@@ -133,7 +133,7 @@ def test_launch_failures_seen_on_the_h200_are_declared_limits():
 def test_preset_draws_only_supported_cases_over_every_method():
     from hypothesis import find, given, settings
 
-    from difftest import presets
+    from difftest.model import presets
 
     strategy = presets.configs(presets.TRTLLM_GEN_ROUTING, "routing")
 
@@ -157,13 +157,13 @@ def test_unavailable_on_cpu_says_why():
 @pytest.mark.parametrize("shard", [dict(), dict(local_expert_offset=32, local_num_experts=64)])
 def test_comparator_checks_the_permutation_an_implementation_returns(shard):
     """The torch implementation's layout passes; each way of breaking it is a failure naming the entry."""
-    from difftest import check, impl_torch
-    from difftest.case import Case
+    from difftest.checking import check, impl_torch
+    from difftest.model.case import Case
 
     c = dataclasses.replace(DSV3, num_tokens=9, num_fused_shared_experts=1, **shard)
     case = Case("routing", c, "normal", 3)
     assert check.run_case(impl_torch.TORCH, case).status == "pass"
-    good = impl_torch.TORCH.run(case, __import__("difftest.generate", fromlist=["inputs"]).inputs(case))
+    good = impl_torch.TORCH.run(case, __import__("difftest.model.generate", fromlist=["inputs"]).inputs(case))
 
     def broken(change):
         out = {k: np.array(v, copy=True) for k, v in good.items()}

@@ -6,8 +6,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from difftest.case import RoutingConfig
-from difftest.compare import check_ids
+from difftest.checking.compare import check_ids
+from difftest.model.case import RoutingConfig
 from spec import routing
 from spec.recipes import NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT
 

@@ -6,9 +6,10 @@ import pytest
 import torch
 from hypothesis import find, given, settings
 
-from difftest import check, generate, strategies
-from difftest.case import DEV_KERNELS, Case, CaseError, DevKernelConfig
-from difftest.impl_torch import TORCH
+from difftest.checking import check
+from difftest.checking.impl_torch import TORCH
+from difftest.model import generate, strategies
+from difftest.model.case import DEV_KERNELS, Case, CaseError, DevKernelConfig
 from impls.torch_eager import trtllm_ops as te_ops
 from spec import trtllm_ops
 from spec.numerics import E4M3FN, FP32, decode
@@ -74,7 +75,7 @@ def test_finalize_order_is_a_recipe():
 @given(case=strategies.cases("trtllm_ops", configs=strategies.dev_kernel_configs("finalize")))
 def test_torch_finalize_is_the_in_order_recipe_bit_for_bit(case):
     """torch sums k in order in fp32 with exact products: the spec's "in_order" recipe exactly."""
-    from difftest.impl_spec import dev_store, dev_values
+    from difftest.checking.impl_spec import dev_store, dev_values
 
     inputs = generate.inputs(case)
     x, e2p = dev_values(inputs["gemm2_out"], case.config.dtype), inputs["expanded_idx_to_permuted_idx"]

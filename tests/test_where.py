@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest import presets, rundir, where
-from difftest.where import Constraint, WhereError
+from difftest.artifacts import rundir
+from difftest.model import presets, where
+from difftest.model.where import Constraint, WhereError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"

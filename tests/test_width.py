@@ -1,12 +1,12 @@
-"""Kill power across widths (issue 21 item 3, heavy tier): fixed-size numeric bugs (difftest/mutants.py WIDTH) on
-moe layers of H = 64, 512, 2048 and 7168 (I = 64, 256, 768, 2048: Qwen3-30B-A3B's and DeepSeek-V3's I at the two
-model widths; 8 experts, top-2, to keep a CPU run in minutes). A bug is detected at a width when a changed case
+"""Kill power across widths (issue 21 item 3, heavy tier): fixed-size numeric bugs (difftest/selftest/mutants.py
+WIDTH) on moe layers of H = 64, 512, 2048 and 7168 (I = 64, 256, 768, 2048: Qwen3-30B-A3B's and DeepSeek-V3's I at
+the two model widths; 8 experts, top-2, to keep a CPU run in minutes). A bug is detected at a width when a changed case
 fails on its own or the campaign cell's bias test rejects. `python -m pytest -m heavy tests/test_width.py -s`
 prints the table of README's measured section."""
 
 import pytest
 
-from difftest import mutants
+from difftest.selftest import mutants
 
 CASES = {64: 8, 512: 8, 2048: 8, 7168: 6}
 # Detected at every width: the one-way stores through the bias test, bf16 router weights through the exposed

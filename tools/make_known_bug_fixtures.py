@@ -1,4 +1,4 @@
-"""Write the K1-K15 reproduction fixtures (difftest/known_bugs.py) and the index fixtures/README.md.
+"""Write the K1-K15 reproduction fixtures (difftest/selftest/known_bugs.py) and the index fixtures/README.md.
 
     python tools/make_known_bug_fixtures.py [--root fixtures] [--index-only]
 
@@ -17,11 +17,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest import check, fixtures, generate, impl_spec, known_bugs  # noqa: E402
-from difftest.impl_torch import TORCH  # noqa: E402
+from difftest.artifacts import fixtures  # noqa: E402
+from difftest.checking import check, impl_spec  # noqa: E402
+from difftest.checking.impl_torch import TORCH  # noqa: E402
+from difftest.model import generate  # noqa: E402
+from difftest.selftest import known_bugs  # noqa: E402
 
-MODULE = "difftest.known_bugs"
-PREFIX = "bug:K"  # the models' registry names, bug:K01 ... (difftest/interface.py SELF_TEST)
+MODULE = "difftest.selftest.known_bugs"
+PREFIX = "bug:K"  # the models' registry names, bug:K01 ... (difftest/checking/interface.py SELF_TEST)
 
 
 def provenance(bug):

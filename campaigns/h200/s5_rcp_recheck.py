@@ -13,7 +13,7 @@ v1 as "mul_mufu_rcp_scale") and classifies it:
                                                old at that code only), consistent (count and first code) when N > 1
   fail, anything else                       -> still differs
 A fixture directory (case.json, inputs.npz, expected.npz: the kernel's whole output) is compared whole with the
-current spec, as the tester compares (difftest.compare.compare_quant).
+current spec, as the tester compares (difftest.checking.compare.compare_quant).
 usage: python campaigns/h200/s5_rcp_recheck.py CASES.jsonl.gz... FIXTURE_DIR...   (one JSON line per argument)
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from difftest import generate  # noqa: E402
-from difftest.case import Case  # noqa: E402
+from difftest.model import generate  # noqa: E402
+from difftest.model.case import Case  # noqa: E402
 from spec import hopper, quant  # noqa: E402
 
 MESSAGE = re.compile(r"^q\[(\d+), (\d+)\]=0x([0-9a-f]+) but spec=0x([0-9a-f]+): (\d+) of (\d+) differ")

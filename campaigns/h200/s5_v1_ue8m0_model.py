@@ -12,8 +12,8 @@ fp32 value next above k. Then the stored byte trunc(log2f(2^e)) = e + 1 for ever
 ceil(log2f(s)) = k + 1 where s is itself a power of two 2^k < 1 (the codes use twice the scale); and where s > 1
 lies within half an ulp of log2 above 2^k, ceil(log2f(s)) = k (K14's class: codes twice the spec's).
 For every case line of the given v1 UE8M0 runs this builds the modelled kernel output (the tail bytes of the last
-packed word left at the adapter's 0xA5 poison, fixture ..._ue8m0_tail_unwritten) and asks difftest.compare what it
-would have said: the verdict and message must equal the recorded ones.
+packed word left at the adapter's 0xA5 poison, fixture ..._ue8m0_tail_unwritten) and asks difftest.checking.compare
+what it would have said: the verdict and message must equal the recorded ones.
 usage: python campaigns/h200/s5_v1_ue8m0_model.py CASES.jsonl.gz...   (one JSON line per file)
 """
 
@@ -28,9 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from difftest import generate  # noqa: E402
-from difftest.case import Case  # noqa: E402
-from difftest.compare import compare_quant  # noqa: E402
+from difftest.checking.compare import compare_quant  # noqa: E402
+from difftest.model import generate  # noqa: E402
+from difftest.model.case import Case  # noqa: E402
 from spec import layouts  # noqa: E402
 from spec.numerics import E4M3FN, encode  # noqa: E402
 from spec.quant import FP8_MAX, RCP448  # noqa: E402

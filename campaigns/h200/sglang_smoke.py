@@ -3,7 +3,7 @@ campaigns/h200/sglang_smoke.py OUT_DIR. One JSON line per check in OUT_DIR/smoke
 
 * cases: hand-picked configurations of every adapter (the DeepSeek-V3 / Mixtral / Qwen3 shapes, the kernels'
   templated and dynamic paths, 0 and many tokens, every scale layout, the adversarial distributions), each through
-  difftest.check.run_case in an isolated worker, as fuzz runs them;
+  difftest.checking.check.run_case in an isolated worker, as fuzz runs them;
 * probes: what the adapters refuse, run once on the kernel itself so docs/sglang.md can say what happens there
   (one-expert groups, more than 32 groups, scale_ue8m0 with a row-major output, NaN inputs, the v1 kernel's UE8M0
   edges of known_bugs K14 / K15, the bf16 instantiation judged by the fp32-bias semantics).
@@ -21,9 +21,10 @@ import numpy as np
 def main(out):
     import torch
 
-    from difftest import check, compare, generate, interface
-    from difftest.case import Case, QuantConfig, RoutingConfig
-    from difftest.isolation import IsolatedRunner
+    from difftest.checking import check, compare, interface
+    from difftest.model import generate
+    from difftest.model.case import Case, QuantConfig, RoutingConfig
+    from difftest.running.isolation import IsolatedRunner
 
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "smoke.jsonl", "w")

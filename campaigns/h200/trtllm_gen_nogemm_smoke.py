@@ -1,5 +1,5 @@
 """First GPU run of flashinfer.trtllm_gen_nogemm (trtllm-gen routing → permute → torch GEMM1 → activation kernel →
-torch GEMM2 → finalize) against the spec: 20 small moe cases through difftest.check.run_case.
+torch GEMM2 → finalize) against the spec: 20 small moe cases through difftest.checking.check.run_case.
 
 python campaigns/h200/trtllm_gen_nogemm_smoke.py OUTDIR [--start N]
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from difftest import check  # noqa: E402
-from difftest.case import Case, MoEConfig, RoutingConfig  # noqa: E402
-from difftest.interface import load  # noqa: E402
+from difftest.checking import check  # noqa: E402
+from difftest.checking.interface import load  # noqa: E402
+from difftest.model.case import Case, MoEConfig, RoutingConfig  # noqa: E402
 
 EPS = 1e-20  # the trtllm-gen renormalizing kernels' epsilon
 FATAL = ("illegal memory access", "unspecified launch failure", "CUDA error", "AcceleratorError")

@@ -2,7 +2,7 @@
 
 Hypothesis campaigns draw T <= 8192; the cooperative -> histogram switch lies near 10^5 tokens. This sweep runs
 fixed configurations at T = threshold and threshold + 1 for each switch of impls/flashinfer/trtllm_gen_routing.
-kernel_path (132 SMs), through difftest.check.run_case (the same comparison as a campaign: ids, weights and the
+kernel_path (132 SMs), through difftest.checking.check.run_case (the same comparison as a campaign: ids, weights and the
 permutation), with the as-built recipe (DIFFTEST_TRTLLM_GEN_AS_BUILT=1) or the declared one.
 
 Usage: python campaigns/h200/trtllm_routing_paths.py OUT_DIR  ->  OUT_DIR/paths.jsonl, a line per case.
@@ -12,8 +12,8 @@ import json
 import sys
 import time
 
-from difftest import check, interface
-from difftest.case import Case, RoutingConfig
+from difftest.checking import check, interface
+from difftest.model.case import Case, RoutingConfig
 from impls.flashinfer import trtllm_gen_routing as tg
 
 SMS = 132

@@ -20,8 +20,8 @@ import time
 import numpy as np
 import torch
 
-from difftest import impl_spec
-from difftest.case import RoutingConfig
+from difftest.checking import impl_spec
+from difftest.model.case import RoutingConfig
 from impls.flashinfer import trtllm_gen_routing as tg
 from spec.numerics import round_to
 from spec.recipes import Recipe

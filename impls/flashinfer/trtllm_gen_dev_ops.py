@@ -2,8 +2,8 @@
 activation_deepseek_fp8, convertsf, finalize, finalize_deepseek_fp8, one launch each through ``_trtllm_gen_ops``
 (the project's tvm-ffi binding of FlashInfer's trtllm_fused_moe_dev_kernel.cu, built for the device's arch;
 docs/trtllm_gen_dev_kernels.md). The case's ``kernel`` picks the function; inputs and outputs are the keys of
-difftest/generate.py's dev_kernel_inputs and difftest/impl_spec.py's dev_kernel (numpy; bf16 / fp16 values as
-float32, e4m3 as uint8 codes).
+difftest/model/generate.py's dev_kernel_inputs and difftest/checking/impl_spec.py's dev_kernel (numpy; bf16 / fp16
+values as float32, e4m3 as uint8 codes).
 """
 
 import numpy as np

@@ -2,7 +2,7 @@
 Importing this package imports neither torch nor sgl_kernel.
 
 Each adapter module exposes NAME, OP, DETERMINISTIC, RECIPE (a spec/recipes.py name, or None for quantizers, whose
-formulation is the configuration's), SPACE (the configurations it covers, difftest/where.py), ``version()``,
+formulation is the configuration's), SPACE (the configurations it covers, difftest/model/where.py), ``version()``,
 ``available()``, ``unsupported(config)``, the torch-level call named after the kernel, and
 ``run(config, inputs, device="cuda") -> dict`` on numpy arrays (docs/interfaces.md conventions). docs/sglang.md
 says which sglang-kernel build they load, why that one, and how each recipe was read off the kernel sources and

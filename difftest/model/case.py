@@ -1,8 +1,8 @@
 """The case model: an immutable description from which inputs are generated deterministically.
 
 A ``Case`` is (op, config, dist, seed, weight_seed). ``config`` is one of the frozen dataclasses below; ``dist``
-names an input distribution of difftest/generate.py; ``seed`` selects the bits. ``weight_seed`` (moe only)
-selects the expert weights when a campaign keeps them fixed across cases (difftest/presets.py); None, the
+names an input distribution of difftest/model/generate.py; ``seed`` selects the bits. ``weight_seed`` (moe only)
+selects the expert weights when a campaign keeps them fixed across cases (difftest/model/presets.py); None, the
 default and the value of every case written before it existed, takes them from ``seed``. ``to_dict`` writes
 it only when set, so such cases serialize (and name their fixtures) exactly as before.
 ``Case.to_json``/``from_json`` round trip exactly, and unknown or missing fields are one-line errors.

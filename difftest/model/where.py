@@ -4,7 +4,7 @@ A filter narrows what the strategies draw; it is not a skip. The field that name
 ``method``, quant ``scheme``, moe ``quant``, trtllm_ops ``kernel``) picks the slices of campaign.slices;
 ``method`` and ``activation`` of a moe layer are passed to its strategy. Any other field of the op's configuration (moe:
 of the layer, then of its routing) is drawn from the filter in place of the strategy's own value when that
-value is outside it, and a configuration that then breaks a constraint of difftest/case.py is rejected by
+value is outside it, and a configuration that then breaks a constraint of difftest/model/case.py is rejected by
 Hypothesis before it becomes a case. An op whose configuration lacks a filtered field is out of the space;
 a slice no configuration of which meets the filters (``bias_dtype=fp32`` for an unbiased routing method) is
 dropped once Hypothesis gives up on it (about a second), and a campaign none of whose slices can be drawn is a
@@ -242,7 +242,7 @@ def slices(op, where, base):
 
 
 def _slices(op):
-    from .campaign import slices as campaign_slices
+    from ..running.campaign import slices as campaign_slices
 
     return campaign_slices(op)
 

@@ -44,7 +44,8 @@ class Verdict(NamedTuple):
     message: str  # "" when ok
     excluded: int = 0  # tokens not compared: routing not robust and ids not exposed, or weights unbounded
     near_ties: int = 0  # tokens decided by the tie-aware validity check
-    bias: tuple = ()  # moe: ((token, d_t), ...) of difftest/bias.py, tokens with d_t != 0; () where it does not apply
+    # moe: ((token, d_t), ...) of difftest/checking/bias.py, tokens with d_t != 0; () where it does not apply
+    bias: tuple = ()
 
 
 PASS = Verdict(True, 0.0, "")

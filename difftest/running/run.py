@@ -1,6 +1,6 @@
 """`python -m difftest fuzz`'s campaign: arguments checked before anything loads, worker processes over the
 (implementation, op) cells, a time budget, a clean stop on SIGINT/SIGTERM, the run directory's rows merged and
-summarized (format: difftest/rundir.md), and the summary lines."""
+summarized (format: difftest/artifacts/rundir.md), and the summary lines."""
 
 import json
 import multiprocessing
@@ -11,10 +11,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from . import fixtures, interface
-from .case import OPS
+from ..artifacts import fixtures
+from ..checking import interface
+from ..model.case import OPS
+from ..usage import UsageError, finite, free_dir
 from .isolation import atomic_write_text
-from .usage import UsageError, finite, free_dir
 
 DEFAULT_BUDGET_S = 120
 SLICE_S = 8.0  # seconds per turn of one (implementation, op) cell in a timed campaign
@@ -38,8 +39,8 @@ def _default_impls():
 
 def campaign_cells(impl_refs, ops, model, filters=None):
     """(impl, ref, op, configs) per implementation × op slice (campaign.slices), or per op around a model;
-    inside --where and the implementation's ``space`` (difftest/where.py)."""
-    from . import presets, where
+    inside --where and the implementation's ``space`` (difftest/model/where.py)."""
+    from ..model import presets, where
 
     found = []
     for ref in impl_refs:
@@ -63,7 +64,8 @@ def _interrupt(signum, frame):
 def _worker(w, args, out, deadline, queue, stop):
     from hypothesis.errors import Unsatisfiable
 
-    from . import campaign, presets
+    from ..model import presets
+    from . import campaign
 
     # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
     # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
@@ -107,7 +109,7 @@ def _worker(w, args, out, deadline, queue, stop):
         queue.put((w, found, None, dict(op_seconds)))
     except Unsatisfiable:
         queue.put((w, found, "no drawn configuration inside --where (and the implementation's space) meets "
-                             "the case constraints of difftest/case.py", dict(op_seconds)))
+                             "the case constraints of difftest/model/case.py", dict(op_seconds)))
     except Exception as e:  # reported by the parent as one line
         queue.put((w, found, f"{type(e).__name__}: {e}", dict(op_seconds)))
     finally:
@@ -161,9 +163,9 @@ def failures_by_signature(out):
 
 
 def bias_cells(out):
-    """difftest/bias.py over this run's rows (cases-*.jsonl, before the merge): (the cells whose errors push one
-    way, [{impl, op, quant, cases, evidence, message}]; every cell's evidence, Monitor.cells_summary)."""
-    from .bias import Monitor
+    """difftest/checking/bias.py over this run's rows (cases-*.jsonl, before the merge): (the cells whose errors push
+    one way, [{impl, op, quant, cases, evidence, message}]; every cell's evidence, Monitor.cells_summary)."""
+    from ..checking.bias import Monitor
 
     monitor = Monitor()
     for p in sorted(out.glob("cases-*.jsonl")):
@@ -183,10 +185,10 @@ def nothing_compared(cases, skips, limit):
 
 def summarize(out):
     """Merge cases-*.jsonl into cases.jsonl.gz (after the rows of earlier runs into the same directory, from
-    a plain cases.jsonl too; torn lines dropped and counted) and count (format: difftest/rundir.md). The
+    a plain cases.jsonl too; torn lines dropped and counted) and count (format: difftest/artifacts/rundir.md). The
     merged file replaces the old one atomically before the parts are removed: a kill in between can
     duplicate rows, never lose them."""
-    from . import rundir
+    from ..artifacts import rundir
 
     parts = sorted(out.glob("cases-*.jsonl"))
     lines = rundir.read_lines(out) if rundir.cases_file(out) else []
@@ -244,11 +246,11 @@ def fuzz(args):
         _redis_url(args.db)
     else:
         free_dir(args.db, "--db")
-    from . import where
+    from ..model import where
 
     args.where = where.merge(*(dict([where.parse(w)]) for w in args.where or []))
     if args.model:  # before the implementations load (torch, kernel libraries): a typo fails at once
-        from . import presets
+        from ..model import presets
 
         if args.model not in presets.PRESETS:
             raise UsageError(f"unknown model {args.model!r}; known: {', '.join(sorted(presets.PRESETS))}")
@@ -287,7 +289,7 @@ def fuzz(args):
 def drawn_inside(args):
     """summary.json's record of what the campaign drew from (the report greys the rest): --where, each
     implementation's declared space, and whether the NaN/Inf distributions were on (--special)."""
-    from . import where
+    from ..model import where
 
     spaces = {}
     for ref in args.impl:
@@ -408,7 +410,8 @@ def _kind(path):
 def run_campaign(args, out):
     """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
     workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
-    from . import campaign, merge, report
+    from ..artifacts import merge, report
+    from . import campaign
 
     for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
         print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)

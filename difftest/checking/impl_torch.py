@@ -12,7 +12,7 @@ import impls.torch_eager as te
 from impls.torch_eager import trtllm_ops as te_ops
 from spec.recipes import Recipe
 
-from .generate import weights as generated_weights
+from ..model.generate import weights as generated_weights
 from .interface import Impl
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

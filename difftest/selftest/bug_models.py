@@ -1,13 +1,14 @@
 """Small implementations with a known bug, loadable by their registry name (``bug:deepseek_biased_weights``,
-``bug:rsf_twice``; difftest/interface.py SELF_TEST) or by reference (``difftest.bug_models:NAME``), so the tester
-can be shown to find, shrink and record real bug classes (difftest/known_bugs.py, fixtures/README.md).
+``bug:rsf_twice``; difftest/checking/interface.py SELF_TEST) or by reference
+(``difftest.selftest.bug_models:NAME``), so the tester can be shown to find, shrink and record real bug classes
+(difftest/selftest/known_bugs.py, fixtures/README.md).
 
 Each wraps the torch implementation and changes one thing.
 """
 
 import numpy as np
 
-from .impl_torch import TORCH
+from ..checking.impl_torch import TORCH
 
 
 def _biased_weights_run(case, inputs):

@@ -21,10 +21,11 @@ previous ones, so there is no targeting, no shrinking and no example database in
 is written as a fixture of the case as drawn (`python -m difftest replay` re-runs it, `fuzz --impl` with the
 same model finds and shrinks it with the device); it is the throughput mode for device time, next to `fuzz`.
 
-    python -m difftest.pipeline --impl REF [--op OP] [--model M] [--batch 32] [--verifiers N] --time-budget S
+    python -m difftest.running.pipeline --impl REF [--op OP] [--model M] [--batch 32] [--verifiers N] --time-budget S
         --out DIR [--seed N]
 
-writes DIR/cases-pipeline.jsonl (rows as difftest/rundir.md), DIR/fixtures/ and DIR/pipeline-summary.json: cases,
+writes DIR/cases-pipeline.jsonl (rows as difftest/artifacts/rundir.md), DIR/fixtures/ and DIR/pipeline-summary.json:
+cases,
 device seconds (inside the implementation), held seconds (from the first draw to the last kernel call, the
 time the device is held), device idle seconds waiting for a verifier slot, drain seconds, and cases per
 device-minute = cases / held seconds × 60.
@@ -45,8 +46,11 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from . import campaign, check, compare, fixtures, generate, impl_spec, interface, presets, strategies
-from .case import CaseError
+from ..artifacts import fixtures
+from ..checking import check, compare, impl_spec, interface
+from ..model import generate, presets, strategies
+from ..model.case import CaseError
+from . import campaign
 
 PROVENANCE = "difftest pipeline (drawn by Hypothesis' generation, verified in a host process, not shrunk)"
 
@@ -240,13 +244,13 @@ class Pipeline:
 
 
 def main(argv=None):
-    from .case import OPS
+    from ..model.case import OPS
     from .run import campaign_cells
 
-    p = argparse.ArgumentParser(prog="python -m difftest.pipeline", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m difftest.running.pipeline", description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", required=True, help="the device implementation (name, module:NAME or file.py:NAME)")
     p.add_argument("--op", action="append", choices=OPS, help="op (repeatable; default all it implements)")
-    p.add_argument("--model", help="fuzz around a model preset (difftest/presets.py)")
+    p.add_argument("--model", help="fuzz around a model preset (difftest/model/presets.py)")
     p.add_argument("--batch", type=int, default=32, help="cases per device batch (default 32)")
     p.add_argument("--verifiers", type=int, help="verifier processes (default: cores - 1)")
     p.add_argument("--time-budget", type=float, required=True, help="seconds the device is held")
@@ -258,9 +262,9 @@ def main(argv=None):
     try:
         cells = campaign_cells([args.impl], args.op or list(OPS), args.model)
     except interface.ImplError as e:
-        sys.exit(f"difftest.pipeline: {e}")
+        sys.exit(f"difftest.running.pipeline: {e}")
     if not cells:
-        sys.exit(f"difftest.pipeline: {args.impl} implements none of the ops {args.op or list(OPS)}")
+        sys.exit(f"difftest.running.pipeline: {args.impl} implements none of the ops {args.op or list(OPS)}")
     runners = campaign.Runners(args.out / "difftest-workers")
     try:
         pipe = Pipeline(args.impl, cells, args.out, batch=args.batch, verifiers=args.verifiers, seed=args.seed,

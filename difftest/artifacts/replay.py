@@ -5,9 +5,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from . import fixtures, interface
-from .case import CaseError
-from .usage import UsageError, table
+from ..checking import interface
+from ..model.case import CaseError
+from ..usage import UsageError, table
+from . import fixtures
 
 REPLAY_OUTCOME = {"mismatch": "fail", "error": "error", "crash": "crash", "hang": "hang"}  # by fixture kind
 
@@ -31,7 +32,9 @@ def replay_fixture(fx, impl_refs=None, timeout_s=None, first_timeout_s=None):
     """[(impl name, outcome, detail)] with outcome pass | fail | error | crash | hang | n/a; recorded impl
     first. A spec whose output changed since recording comes first, as ("spec", "spec-changed", why).
     A may_crash implementation runs in an isolated worker, so a crash fixture replays as "crash"."""
-    from . import campaign, generate, impl_spec
+    from ..checking import impl_spec
+    from ..model import generate
+    from ..running import campaign
 
     rows = []
     recorded_sha = fx.meta["expected"]["sha256"]
@@ -54,7 +57,7 @@ def replay_fixture(fx, impl_refs=None, timeout_s=None, first_timeout_s=None):
 
 
 def _replay_one(fx, ref, runners):
-    from . import campaign
+    from ..running import campaign
 
     try:
         impl = interface.load(ref)

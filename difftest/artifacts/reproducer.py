@@ -19,9 +19,9 @@ import numpy as np
 
 from spec.recipes import DEFAULT
 
-from . import compare, impl_spec, interface
-from .case import CaseError
-from .check import read_only
+from ..checking import compare, impl_spec, interface
+from ..checking.check import read_only
+from ..model.case import CaseError
 
 SHOWN = 5  # elements listed per output
 SHOWN_OPS = ("routing", "quant", "moe")
@@ -212,7 +212,7 @@ def load_impl(ref):
 def make_case(d):
     """difftest's Case where difftest is installed, else a namespace of the same attributes."""
     try:
-        from difftest.case import Case
+        from difftest.model.case import Case
 
         return Case.from_dict(d)
     except ImportError:

@@ -15,8 +15,8 @@ from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, decode, encode, round_to
 from spec.recipes import DEFAULT
 
-from .case import CaseError, MoEConfig, RoutingConfig
-from .generate import weights as generated_weights
+from ..model.case import CaseError, MoEConfig, RoutingConfig
+from ..model.generate import weights as generated_weights
 from .interface import Impl
 
 LAYOUTS = {
@@ -57,7 +57,7 @@ def refusals(fn):
     return wrapped
 
 
-layer_kwargs = MoEConfig.layer_kwargs  # the keyword mappers live on the configs (difftest/case.py)
+layer_kwargs = MoEConfig.layer_kwargs  # the keyword mappers live on the configs (difftest/model/case.py)
 routing_kwargs = RoutingConfig.route_kwargs
 
 

@@ -8,7 +8,7 @@ is a pure function of an example's choice nodes, which are immutable, so here it
 the front, and everything Hypothesis does with it (the database's pareto entries, pareto_optimise), stays the
 same: tests/test_throughput.py runs a seeded cell with and without this and compares every example.
 
-install() is called once by difftest.campaign. A Hypothesis whose pareto module has no sort_key is left alone.
+install() is called once by difftest.running.campaign. A Hypothesis whose pareto module has no sort_key is left alone.
 """
 
 CACHE_LIMIT = 1 << 15  # node tuples remembered (each key is a tuple of small ints); cleared when full

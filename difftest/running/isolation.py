@@ -2,8 +2,8 @@
 
 An ``IsolatedRunner`` keeps one worker process per implementation, started with the ``spawn`` method
 (a forked child of a process with CUDA initialized is unusable). Only case JSON goes in: the worker
-rebuilds the implementation with ``difftest.interface.load(impl_ref)`` and the inputs with
-``difftest.generate.inputs(case)``; outputs come back as npz bytes. A healthy worker serves case after
+rebuilds the implementation with ``difftest.checking.interface.load(impl_ref)`` and the inputs with
+``difftest.model.generate.inputs(case)``; outputs come back as npz bytes. A healthy worker serves case after
 case (a pipe round trip per case); after a crash or a hang it is replaced on the next case. The first
 case of each fresh worker may get a longer timeout (``first_timeout_s``): a JIT-compiled kernel is built
 on its first call, in that worker. ``run``
@@ -62,7 +62,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .case import Case
+from ..model.case import Case
 
 GRACE_S = 1.0  # between SIGTERM (stack dump) and SIGKILL, and for a dead worker to be reaped
 TAIL_CHARS = 16000  # a fatal-signal dump ends with the list of extension modules (long with torch)
@@ -191,8 +191,8 @@ def _worker_main(conn, impl_ref, log_path, parent_pid):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the campaign, which then stops the worker
     _die_with_parent(parent_pid)
     try:
-        from .generate import inputs
-        from .interface import load
+        from ..checking.interface import load
+        from ..model.generate import inputs
 
         impl = load(impl_ref)
     except Exception as e:
@@ -322,7 +322,7 @@ class IsolatedRunner:
     def run(self, case, timeout_s=None):
         """Run one case; ``timeout_s`` overrides the runner's timeout for this case."""
         if not isinstance(case, Case):
-            raise TypeError(f"run() takes a difftest.case.Case, got {type(case).__name__}")
+            raise TypeError(f"run() takes a difftest.model.case.Case, got {type(case).__name__}")
         timeout = self.timeout_s if timeout_s is None else _positive(timeout_s, "timeout_s")
         if self._proc is None:
             self._start()

@@ -1,4 +1,4 @@
-"""`python -m difftest report RUN_DIR`: a campaign's run directory (difftest/rundir.md) as one self-contained
+"""`python -m difftest report RUN_DIR`: a campaign's run directory (difftest/artifacts/rundir.md) as one self-contained
 page, RUN_DIR/report.html, and the numbers it shows, RUN_DIR/report.json.
 
 Every number on the page, plots included, is read from report.json. Plots are PNGs drawn with matplotlib's Agg
@@ -22,8 +22,7 @@ import numpy as np
 
 from spec.recipes import QUANT_VARIANTS
 
-from . import rundir
-from .case import (
+from ..model.case import (
     ACTIVATIONS,
     BIAS_DTYPES,
     DEV_DTYPES,
@@ -37,9 +36,10 @@ from .case import (
     ROUTING_METHODS,
     SCALE_LAYOUTS,
 )
-from .generate import DISTS
-from .isolation import atomic_write_text
-from .strategies import REACHABLE
+from ..model.generate import DISTS
+from ..model.strategies import REACHABLE
+from ..running.isolation import atomic_write_text
+from . import rundir
 
 SCHEMA = 1
 TOP = 25  # worst cases listed
@@ -54,7 +54,7 @@ RATIO_AXIS = (1e-6, 1e4)
 # same op colour in all plots
 OP_COLORS = {"routing": "tab:blue", "quant": "tab:orange", "moe": "tab:green", "trtllm_ops": "tab:red"}
 
-# Coverage axes: (title, ops, configuration field, values difftest/strategies.py draws). Values seen but not
+# Coverage axes: (title, ops, configuration field, values difftest/model/strategies.py draws). Values seen but not
 # listed here (a newer tester, a --where filter) are appended, so nothing hit is hidden; listed values never
 # hit show as zero cells (red), or grey where the run's filters (--model, --where, a plug-in's space) excluded
 # them. tests/test_report.py draws from the strategies and fails if one draws a value outside these.
@@ -228,8 +228,8 @@ def _axis(rows, impls, values, value_of, excluded, extra=None):
 
 def run_filters(summary, op, impls):
     """{impl: {field: where.Constraint}}: what the run drew op's configurations from, for each implementation
-    (--model's preset, --where, the implementation's declared space; summary.json, difftest/rundir.md)."""
-    from . import presets, where
+    (--model's preset, --where, the implementation's declared space; summary.json, difftest/artifacts/rundir.md)."""
+    from ..model import presets, where
 
     def both(a, b):
         try:
@@ -268,7 +268,7 @@ def _listed(filters, name):
 def coverage(rows, summary=None):
     """Per op, per axis: cases that ran (skips excluded) per value and implementation; the zero cells, split
     into those the run could have drawn (red on the page) and those its filters excluded (grey)."""
-    from .strategies import SPECIAL_DISTS
+    from ..model.strategies import SPECIAL_DISTS
 
     summary = summary or {}
     special = bool(summary.get("special")) or any(r["case"].get("dist") in SPECIAL_DISTS for r in rows)
@@ -593,7 +593,7 @@ def _defaults(op):
     """{field: default} of op's configuration dataclass (moe: its routing's too)."""
     from dataclasses import MISSING, fields
 
-    from .case import CONFIGS, RoutingConfig
+    from ..model.case import CONFIGS, RoutingConfig
 
     classes = [CONFIGS[op]] + ([RoutingConfig] if op == "moe" else []) if op in CONFIGS else []
     return {f.name: f.default for c in classes for f in fields(c) if f.default is not MISSING}

@@ -2,7 +2,7 @@
 
 The buggy kernels cannot run here, so each bug gets a model: the torch implementation with the one thing the
 report names changed (a glue mistake, or a kernel-internal mechanism emulated in torch), loadable by registry
-name as ``bug:K01`` ... ``bug:K15`` (what the fixtures name; difftest/interface.py SELF_TEST). ``BUGS`` pairs
+name as ``bug:K01`` ... ``bug:K15`` (what the fixtures name; difftest/checking/interface.py SELF_TEST). ``BUGS`` pairs
 each model with the case that triggers it (the report's minimal trigger, scaled down where the mechanism
 allows) and the public report it reproduces;
 tools/make_known_bug_fixtures.py writes them as "open" fixtures: each must fail on its model and pass on every
@@ -19,10 +19,10 @@ from impls.torch_eager import layer as te_layer
 from impls.torch_eager import quant as te_quant
 from impls.torch_eager import routing as te_routing
 
+from ..checking.impl_torch import TORCH, expert_tensors, numpy, tensor
+from ..model.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from ..model.generate import weights as generated_weights
 from .bug_models import DEEPSEEK_BIASED_WEIGHTS
-from .case import Case, MoEConfig, QuantConfig, RoutingConfig
-from .generate import weights as generated_weights
-from .impl_torch import TORCH, expert_tensors, numpy, tensor
 
 # ---- helpers: torch pieces re-run with one thing changed
 

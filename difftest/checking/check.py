@@ -5,8 +5,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import compare, generate
-from .case import CaseError
+from ..model import generate
+from ..model.case import CaseError
+from . import compare
 
 STATUSES = ("pass", "fail", "skip", "error")
 
@@ -37,7 +38,7 @@ def _same_bits(a, b):
 
 
 def _isolated(runner, case):
-    """Outputs through difftest/isolation.py's worker; a crash or hang raises with its detail."""
+    """Outputs through difftest/running/isolation.py's worker; a crash or hang raises with its detail."""
     o = runner.run(case)
     if o.kind != "ok":
         raise RuntimeError(f"{o.kind}: {o.detail}")

@@ -4,9 +4,9 @@ hunts each with the tester's own search and reports whether, how fast and how sm
 A mutant is one exact text replacement (old -> new) in one module of impls/torch_eager. ``build(name)`` reads
 that module's source, asserts ``old`` occurs exactly once (a refactor of the torch code breaks the mutant
 loudly instead of silently making it equivalent), executes the patched copy as a fresh package whose other
-modules load unpatched from disk, and wraps it exactly as difftest/impl_torch.py wraps the original (that
+modules load unpatched from disk, and wraps it exactly as difftest/checking/impl_torch.py wraps the original (that
 file's own source, run with the copy bound to ``te``), as the implementation "mutant:<name>". Mutants are
-named by reference, ``difftest.mutants:<name>``, so a fixture recorded from one replays like any plug-in.
+named by reference, ``difftest.selftest.mutants:<name>``, so a fixture recorded from one replays like any plug-in.
 
 ``hunt`` fuzzes the ops that reach the mutated module round-robin, in chunks of Hypothesis examples (each
 chunk its own seed and one slice of its op, per method / scheme / quant path, as `difftest fuzz` does; a
@@ -30,12 +30,14 @@ from typing import NamedTuple
 import numpy as np
 from hypothesis import settings
 
-from . import bias, campaign, generate
-from .case import OPS, Case
+from ..checking import bias
+from ..model import generate
+from ..model.case import OPS, Case
+from ..running import campaign
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TORCH_EAGER = ROOT / "impls" / "torch_eager"
-ADAPTER = Path(__file__).resolve().parent / "impl_torch.py"
+ADAPTER = Path(__file__).resolve().parents[1] / "checking" / "impl_torch.py"
 MODULE_OPS = {
     "routing": ("routing", "moe"),
     "quant": ("quant", "moe"),
@@ -61,7 +63,7 @@ class Mutant(NamedTuple):
     module: str | None  # impls/torch_eager/<module>.py; None: the unpatched copy
     old: str
     new: str
-    models: str  # the real bug (K1-K15 id of difftest/known_bugs.py and / or PR) this seeds
+    models: str  # the real bug (K1-K15 id of difftest/selftest/known_bugs.py and / or PR) this seeds
     doc: str  # what the change does
     focus: tuple = ()  # (keyword, value) pairs of the strategies for the branch the patch sits in
     also: tuple = ()  # further (module, old, new) replacements of the same mutant (a declaration that goes with it)
@@ -70,8 +72,8 @@ class Mutant(NamedTuple):
 
 
 M = Mutant
-# semantic: a public bug's mechanism, a wrong formula or layout (difftest/known_bugs.py); subtle: a numeric slip of
-# our own design that only a derived bound sees (a rounding mode, a reduced-precision scale or accumulator, an
+# semantic: a public bug's mechanism, a wrong formula or layout (difftest/selftest/known_bugs.py); subtle: a numeric
+# slip of our own design that only a derived bound sees (a rounding mode, a reduced-precision scale or accumulator, an
 # off-by-one group or block extent, a store narrower than declared); tie: a tie order other than the declared one.
 CLASSES = ("semantic", "subtle", "tie")
 CATALOGUE = (
@@ -340,15 +342,15 @@ CATALOGUE += (
 )
 FP8 = (("quant", "fp8_block"),)
 OWN = "own design: "
-# Not killed by this tester (an expected survivor, measured): the worst-case bound charges every product at full
-# size while a truncating accumulator's errors all push one way, which the bias test (difftest/bias.py) sees where
-# the outputs carry it (fp32 stores: tests/planted_bugs.py TRUNCATING_ACC, caught within a few dozen cases). In
-# torch eager's bf16 pipeline two things hide it. At the fuzzer's widths (H, I <= 128) it rarely changes an output
-# at all: bf16 x bf16 products have 16 significant bits, so an fp32 partial sum loses bits only where a product is
-# below 2^-8 of it; the sums are ~3e-7 low, about 1e-4 of a bf16 ulp (300 nonneg cases: 4 tokens moved, all toward
-# zero; 300 normal: 2 toward, 3 away). And on signed inputs the bf16 flips it causes reach the outputs through W2
-# with either sign (H = 512, 16 normal cases: 28 tokens toward zero, 25 away), where on the nonneg distribution
-# every one goes down (H = 512: 47 of 47 tokens in 8 cases; H = 2048: 128 of 128): tests/test_bias.py.
+# Not killed by this tester (an expected survivor, measured): the worst-case bound charges every product at full size
+# while a truncating accumulator's errors all push one way, which the bias test (difftest/checking/bias.py) sees where
+# the outputs carry it (fp32 stores: tests/planted_bugs.py TRUNCATING_ACC, caught within a few dozen cases). In torch
+# eager's bf16 pipeline two things hide it. At the fuzzer's widths (H, I <= 128) it rarely changes an output at all:
+# bf16 x bf16 products have 16 significant bits, so an fp32 partial sum loses bits only where a product is below 2^-8 of
+# it; the sums are ~3e-7 low, about 1e-4 of a bf16 ulp (300 nonneg cases: 4 tokens moved, all toward zero; 300 normal: 2
+# toward, 3 away). And on signed inputs the bf16 flips it causes reach the outputs through W2 with either sign (H = 512,
+# 16 normal cases: 28 tokens toward zero, 25 away), where on the nonneg distribution every one goes down (H = 512: 47 of
+# 47 tokens in 8 cases; H = 2048: 128 of 128): tests/test_bias.py.
 BF16_HIDES_IT = ("bf16 moe cases wider than the fuzzer draws (H >= 512) on the nonneg distribution: at H, I <= 128 "
                  "the truncation rarely crosses a bf16 rounding point (300 nonneg cases: 4 tokens moved), and on "
                  "signed inputs the flips reach the outputs with either sign")
@@ -506,13 +508,13 @@ def torch_eager_copy(mutant):
 
 
 def build(name):
-    """The Impl "mutant:<name>": difftest/impl_torch.py's wrapping around the patched copy (cached)."""
+    """The Impl "mutant:<name>": difftest/checking/impl_torch.py's wrapping around the patched copy (cached)."""
     if name not in MUTANTS:
         raise MutantError(f"unknown mutant {name!r}; known: {', '.join(MUTANTS)}")
     if name not in _BUILT:
         te = torch_eager_copy(MUTANTS[name])
         adapter = types.ModuleType(f"difftest.mutant_adapter_{name}")
-        adapter.__package__ = "difftest"
+        adapter.__package__ = "difftest.checking"
         adapter.__file__ = str(ADAPTER)
         exec(compile(ADAPTER.read_text(), str(ADAPTER), "exec"), adapter.__dict__)
         adapter.te = te  # every adapter function reads the global te at call time
@@ -521,7 +523,7 @@ def build(name):
 
 
 def __getattr__(name):
-    """`difftest.mutants:<name>` as an implementation reference (interface.load, fixtures, replay)."""
+    """`difftest.selftest.mutants:<name>` as an implementation reference (interface.load, fixtures, replay)."""
     if name in MUTANTS:
         return build(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -573,7 +575,7 @@ def hunt(
     impl = build(name)
     mutant = MUTANTS[name]
     state = {"n": 0, "first": None, "last_case": None, "biased": None}
-    monitor = bias.Monitor()  # the cells' bias test (difftest/bias.py): a finding of the cell, not of one case
+    monitor = bias.Monitor()  # the cells' bias test (difftest/checking/bias.py): a finding of the cell, not of one case
     t0 = time.perf_counter()
 
     def record(row):
@@ -596,7 +598,7 @@ def hunt(
         chunk_settings = settings(campaign.cli_settings(n), database=None)
         res = campaign.fuzz_cell(
             impl,
-            f"difftest.mutants:{name}",
+            f"difftest.selftest.mutants:{name}",
             op,
             hypothesis_settings=chunk_settings,
             configs=configs,
@@ -642,7 +644,7 @@ class Detection(NamedTuple):
     cases: int
     changed: int  # cases whose output the mutant changed (against the unpatched copy)
     caught: int  # changed cases that failed on their own (bound, exposed weights, per-case bias test)
-    cell_cases: int | None  # cases after which the cell's bias test rejected (difftest/bias.py), None: never
+    cell_cases: int | None  # cases after which the cell's bias test rejected (difftest/checking/bias.py), None: never
     seconds: float
 
     @property
@@ -654,8 +656,8 @@ def detection(name, hidden, cases=8, tokens=16, quant="bf16", dist="normal"):
     """Detection of mutant `name` on `cases` moe cases of width `hidden` (intermediate WIDTHS[hidden]; 8 experts,
     top-2 renormalize, swiglu, one set of expert weights; input distribution `dist`), as a campaign cell sees it:
     each case on its own, and the cell's bias test over all of them."""
-    from .case import MoEConfig, RoutingConfig
-    from .check import read_only, run_case
+    from ..checking.check import read_only, run_case
+    from ..model.case import MoEConfig, RoutingConfig
 
     impl, ref, monitor = build(name), build("identity"), bias.Monitor()
     changed = caught = 0

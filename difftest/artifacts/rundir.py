@@ -1,11 +1,11 @@
-"""The case rows of a run directory (format: difftest/rundir.md): written compressed as cases.jsonl.gz; a
+"""The case rows of a run directory (format: difftest/artifacts/rundir.md): written compressed as cases.jsonl.gz; a
 cases.jsonl of a run recorded before the rows were compressed is read the same way, and replaced by the .gz
 the next time rows are merged into that directory."""
 
 import gzip
 from pathlib import Path
 
-from .isolation import atomic_write_bytes
+from ..running.isolation import atomic_write_bytes
 
 CASES = "cases.jsonl.gz"
 PLAIN = "cases.jsonl"  # runs recorded before the rows were compressed

@@ -1,7 +1,7 @@
 """Hypothesis strategies for cases, named like Hypothesis' own and bounded by module constants.
 
 Arrays are never drawn element by element (hypothesis.extra.numpy cannot draw bf16/fp8, and big arrays
-shrink badly): a case is a configuration + a distribution name + a seed, and difftest/generate.py makes the
+shrink badly): a case is a configuration + a distribution name + a seed, and difftest/model/generate.py makes the
 bits. Shrinking therefore moves toward fewer tokens, smaller sizes, the first distribution ("normal") and
 seed 0. Size limits come from the environment once, at import (DIFFTEST_MAX_TOKENS, ..._EXPERTS,
 ..._HIDDEN, ..._INTERMEDIATE), so a campaign can be widened without edits.

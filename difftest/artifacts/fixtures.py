@@ -13,7 +13,7 @@ fixtures/<id>/
 Expert weights (moe) are always regenerated from (seed, expert id) and verified against their SHA-256.
 
 The implementation is named by reference (``torch``, ``package.module:NAME``, ``path/file.py:NAME``), so a
-bug model (difftest/bug_models.py, a mutants catalogue) replays like any implementation. Every load error is
+bug model (difftest/selftest/bug_models.py, a mutants catalogue) replays like any implementation. Every load error is
 a FixtureError with one line naming the violated constraint.
 """
 
@@ -33,9 +33,9 @@ import numpy as np
 
 from spec.recipes import Recipe
 
-from . import generate
-from .case import Case, CaseError
-from .isolation import atomic_write_bytes, atomic_write_text, create_dir_exclusive
+from ..model import generate
+from ..model.case import Case, CaseError
+from ..running.isolation import atomic_write_bytes, atomic_write_text, create_dir_exclusive
 
 SCHEMA = 1
 INLINE_LIMIT = 4 << 20  # bytes of inputs stored in inputs.npz; larger inputs: generator + seed + SHA-256
@@ -178,6 +178,7 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
         "provenance": provenance,
         "inputs": {
             "file": "inputs.npz" if inline else None,
+            # the generators' recorded names (docs/architecture.md): not import paths, model/generate.py holds both
             "generator": "difftest.generate.inputs",
             "sha256": generate.digest(inputs),
         },

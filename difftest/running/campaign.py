@@ -2,7 +2,7 @@
 failure and write it as a fixture. Used by tests/test_campaign.py (pytest-xdist spreads the cells) and by
 `python -m difftest fuzz` (worker processes, a time budget, a run directory).
 
-An implementation that declares ``may_crash`` runs in an IsolatedRunner (difftest/isolation.py): a crash
+An implementation that declares ``may_crash`` runs in an IsolatedRunner (difftest/running/isolation.py): a crash
 is a finding of kind "crash", shrunk for at most CRASH_SHRINK_S seconds after its first crash (each crash
 costs a fresh worker: seconds once torch and a kernel library are imported), a hang one of kind "hang",
 recorded at once and not shrunk (each attempt would cost the whole timeout).
@@ -26,12 +26,15 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
-from . import fixtures, interface, pareto_keys, strategies
-from .case import CaseError
-from .check import run_case
+from ..artifacts import fixtures
+from ..checking import interface
+from ..checking.check import run_case
+from ..model import strategies
+from ..model.case import CaseError
+from . import pareto_keys
 from .isolation import IsolatedRunner, pending, settle_pending
 
-pareto_keys.install()  # the same search, a third less Hypothesis bookkeeping (difftest/pareto_keys.py)
+pareto_keys.install()  # the same search, a third less Hypothesis bookkeeping (difftest/running/pareto_keys.py)
 REPLAY = "replay: python -m difftest replay {path}"
 # a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
 # JIT-build its kernel (minutes for a FlashInfer module on a cold cache)
@@ -363,7 +366,7 @@ def recipe_name(impl, case):
 
 
 def case_row(impl_name, case, result, recipe=None, kind=None):
-    """One cases.jsonl line (difftest/rundir.md)."""
+    """One cases.jsonl line (difftest/artifacts/rundir.md)."""
     c = case.config
     r = c.routing if case.op == "moe" else c
     return {
@@ -575,7 +578,8 @@ def _worker_dir(fixtures_root):
 
 def _expected(impl, case):
     """The spec's output for the fixture; {} when the spec refuses the case."""
-    from . import generate, impl_spec
+    from ..checking import impl_spec
+    from ..model import generate
 
     try:
         return impl_spec.expected(case, generate.inputs(case), impl.recipe(case))

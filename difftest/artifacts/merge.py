@@ -1,5 +1,5 @@
 """`python -m difftest merge RUN_DIR... --out DIR`: run directories from many hosts as one run directory
-(difftest/rundir.md), which `python -m difftest report DIR` renders with a per-host breakdown.
+(difftest/artifacts/rundir.md), which `python -m difftest report DIR` renders with a per-host breakdown.
 
 Each case row gains `host` (its run's host label); rows identical in content (host included: the same run
 merged twice) are kept once. Fixtures are deduplicated by the digest of their files: the same fixture from two
@@ -19,8 +19,8 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+from ..running.isolation import atomic_write_text
 from . import rundir
-from .isolation import atomic_write_text
 from .report import NO_CASES, ReportError, read_run
 
 HOST_FILE = "host.json"  # beside summary.json, for runs recorded before summary.json had a "host"
@@ -94,7 +94,7 @@ def _rows(run_dir):
 
 def merge(run_dirs, out):
     """Merge run_dirs into out (created; must not hold a run already). Returns the merged summary."""
-    from .run import summarize
+    from ..running.run import summarize
 
     out = Path(out)
     if rundir.cases_file(out) is not None or (out / "summary.json").exists():
@@ -191,6 +191,6 @@ def _run_fields(runs, rows):
         "worker_errors": [],
         "interrupted": None,
         "compared": sum(1 for r in rows if r["status"] != "skip"),
-        "hosts": {h["host"]: h for h in hosts},  # difftest/rundir.md
+        "hosts": {h["host"]: h for h in hosts},  # difftest/artifacts/rundir.md
         "merged_from": [run["source"] for run in runs],
     }

@@ -64,7 +64,7 @@ PRESETS = {
         source=HF.format("deepseek-ai/DeepSeek-V3")),
     "glm-4.5": Preset(method="deepseek_v3", num_experts=160, top_k=8, routed_scaling_factor=2.5, biased=True,
         hidden_size=5120, intermediate_size=1536, source=HF.format("zai-org/GLM-4.5")),
-    # GLM-5.x: 256 experts, top-8, n_group 1, large biases (K5, difftest/known_bugs.py).
+    # GLM-5.x: 256 experts, top-8, n_group 1, large biases (K5, difftest/selftest/known_bugs.py).
     "glm-5": Preset(method="deepseek_v3", num_experts=256, top_k=8, routed_scaling_factor=2.5, biased=True,
         quant="fp8_block", hidden_size=6144, intermediate_size=2048, source=HF.format("zai-org/GLM-5")),
     "nemotron-h": Preset(method="deepseek_v3", num_experts=128, top_k=6, routed_scaling_factor=2.5, biased=True,

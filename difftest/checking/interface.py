@@ -4,13 +4,13 @@ An implementation is any object with these attributes (docs/interfaces.md):
 
     name: str; version: str; ops: tuple[str, ...]   # subset of case.OPS
     deterministic: bool      # repeat runs are bit-identical (checked)
-    may_crash: bool          # run it in a separate process (difftest/isolation.py)
+    may_crash: bool          # run it in a separate process (difftest/running/isolation.py)
     available() -> str | None            # None, or why it cannot run here
     unsupported(case) -> str | None      # None, or why this case is outside its declared configurations
     recipe(case) -> Recipe | None        # where it rounds; None: compare against the ideal only
     run(case, inputs) -> dict[str, np.ndarray]
         routing -> {"ids", "weights"}; quant -> {"q", "scales", "scale_buffer"}; moe -> {"out"} (+ "ids", + "weights")
-    space: dict (optional)   # the configurations it covers: fuzz draws only these (difftest/where.py)
+    space: dict (optional)   # the configurations it covers: fuzz draws only these (difftest/model/where.py)
 
 ``Impl`` below is the plain NamedTuple the built-ins use; plug-ins may use any object of that shape.
 Implementations are named by reference, so a fixture can name one it was found with:
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from .case import OPS
+from ..model.case import OPS
 
 
 class ImplError(ValueError):
@@ -45,22 +45,24 @@ class Impl(NamedTuple):
     run: Callable
 
 
-# An Impl that also declares the configurations it covers (``space``, difftest/where.py): Impl's fields, then space.
+# An Impl that also declares the configurations it covers (``space``, difftest/model/where.py): Impl's fields, then
+# space.
 SpacedImpl = NamedTuple("SpacedImpl", [*Impl.__annotations__.items(), ("space", dict)])
 
 
 # Built-ins by name -> "module:attribute"; resolved on first use so that listing never imports torch.
 REGISTRY = {
-    "spec": "difftest.impl_spec:SPEC",
-    "torch": "difftest.impl_torch:TORCH",
-    "torch-cuda": "difftest.impl_torch:TORCH_CUDA",
+    "spec": "difftest.checking.impl_spec:SPEC",
+    "torch": "difftest.checking.impl_torch:TORCH",
+    "torch-cuda": "difftest.checking.impl_torch:TORCH_CUDA",
 }
 # The self-test's implementations by registry name, so that committed fixtures name them and not a module path:
-# ``bug:K01`` ... the known-bug models (difftest/known_bugs.py K01 ...), any other ``bug:<name>`` or
+# ``bug:K01`` ... the known-bug models (difftest/selftest/known_bugs.py K01 ...), any other ``bug:<name>`` or
 # ``tie_order:<name>`` the implementation of that name in the kind's modules. Resolved on use.
-SELF_TEST = {"bug": ("difftest.bug_models", "difftest.known_bugs"), "tie_order": ("difftest.tie_orders",)}
-FLASHINFER_DIR = Path(__file__).resolve().parents[1] / "impls" / "flashinfer"
-SGLANG_DIR = Path(__file__).resolve().parents[1] / "impls" / "sglang"
+SELF_TEST = {"bug": ("difftest.selftest.bug_models", "difftest.selftest.known_bugs"),
+             "tie_order": ("difftest.selftest.tie_orders",)}
+FLASHINFER_DIR = Path(__file__).resolve().parents[2] / "impls" / "flashinfer"
+SGLANG_DIR = Path(__file__).resolve().parents[2] / "impls" / "sglang"
 
 PROTOCOL = (
     "name",
@@ -160,7 +162,7 @@ def with_stacked_weights(case, inputs):
     everyone's; the same read-only arrays while the weights stay the same (generate.stacked_weights)."""
     if case.op != "moe":
         return inputs
-    from .generate import weights
+    from ..model.generate import weights
 
     return {**inputs, **weights(case).stacked()}
 

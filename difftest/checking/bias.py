@@ -70,7 +70,8 @@ class Evidence(NamedTuple):
     def describe(self):
         way = "away from" if self.s > 0 else "toward"
         return (f"errors push {way} zero: Σ_t d_t = {self.s:+.0f} over {self.tokens} tokens (Σ d_t² = {self.v:.0f}), "
-                f"evidence e^{self.log_m():.1f} ≥ 1/α = 1e9 against symmetric rounding (bias test, difftest/bias.py)")
+                f"evidence e^{self.log_m():.1f} ≥ 1/α = 1e9 against symmetric rounding "
+                f"(bias test, difftest/checking/bias.py)")
 
 
 def not_applicable(recipe):

@@ -1,0 +1,2 @@
+"""Running a campaign: the Hypothesis search per (implementation, op) cell (campaign, pareto_keys), crash and hang
+isolation in worker processes (isolation), the `fuzz` runner (run) and the pipelined device runner (pipeline)."""
