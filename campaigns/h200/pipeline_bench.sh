@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 24 item 2: cases per device-minute, synchronous `difftest fuzz` against `difftest.pipeline` (device batches
+# Issue 24 item 2: cases per device-minute, synchronous `difftest fuzz` against `difftest.running.pipeline` (device batches
 # run ahead while host processes verify recorded outputs), for mono_moe, fused_topk_deepseek, trtllm-gen routing
 # and torch-CUDA, in one device call of about 4 x (2 x S + 2) minutes' worth of seconds (S = 60: ~20 minutes).
 #
@@ -8,8 +8,9 @@
 # emulation), made here with `mkdir -p .carry/before && git -C /work/main archive 4e347c8 | tar -x -C .carry/before`:
 #   bash campaigns/h200/pipeline_bench.sh $OUT [S]
 # $OUT gets log.txt and bench.json (one row per implementation: before = fuzz on .carry/before if present, sync =
-# fuzz on this tree, pipelined = difftest.pipeline on this tree; each as cases, held seconds, cases per device-minute,
-# and for the pipeline the verification drain after the device was released). The device is held for the whole of
+# fuzz on this tree, pipelined = difftest.running.pipeline on this tree (difftest.pipeline before the regrouping,
+# as session 5 ran it); each as cases, held seconds, cases per device-minute, and for the pipeline the
+# verification drain after the device was released). The device is held for the whole of
 # a fuzz run; a pipelined run holds it until its last kernel call.
 # On a CPU machine the same script measures a fake device: IMPLS=fake bash campaigns/h200/pipeline_bench.sh OUT 30
 # (tests/pipeline_impls.py:SLOW_DEVICE, torch on CPU with a 10 ms sleep per call).
@@ -58,7 +59,7 @@ bench() {  # name impl [fuzz/pipeline options...]
       --out /tmp/sync_$name > /tmp/sync_$name.log 2>&1
     row $name sync /tmp/sync_$name | tee -a $O/bench.json
   fi
-  timeout $((S + 900)) $PY -m difftest.pipeline --impl $impl "$@" --verifiers $V --time-budget $S --seed 1 \
+  timeout $((S + 900)) $PY -m difftest.running.pipeline --impl $impl "$@" --verifiers $V --time-budget $S --seed 1 \
     --out /tmp/pipe_$name > /tmp/pipe_$name.log 2>&1
   row $name pipelined /tmp/pipe_$name | tee -a $O/bench.json
   tail -n 2 /tmp/sync_$name.log /tmp/pipe_$name.log
