@@ -323,8 +323,8 @@ def _routing(ids, w, expert_margin, group_margin, num_experts, o):
     """Append S fused shared experts (ids E, E+1, ...; weight Σ routed w / rsf, or 1 with shared_weight "one"),
     then write the weights in weights_dtype."""
     T, S = len(ids), o.num_fused_shared_experts
-    each = np.ones(T) if o.shared_weight == "one" else _sum_in_order(w) / o.rsf
-    shared = np.repeat(np.asarray(each, w.dtype)[:, None], S, axis=1)
+    each = np.ones(T, w.dtype) if o.shared_weight == "one" else _sum_in_order(w) / o.rsf
+    shared = np.repeat(each[:, None], S, axis=1)
     ids = np.concatenate([ids, np.broadcast_to(num_experts + np.arange(S), (T, S))], axis=1)
     w = np.concatenate([w, shared], axis=1)
     if not o.ideal:

@@ -11,8 +11,8 @@ import numpy as np
 
 from .hopper import hopper_rcp
 from .mlp import sigmoid
-from .numerics import E4M3FN, FP32, encode, round_to
-from .quant import FP8_BLOCK, RCP448
+from .numerics import E4M3FN, FP8_BLOCK, FP32, encode, round_to
+from .quant import RCP448
 
 DEEPSEEK_BLOCK = FP8_BLOCK  # the DeepSeek-FP8 kernels' 1×128 scale groups
 SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")

@@ -261,8 +261,6 @@ def configs(name, op):
     """Strategy of `op` configurations around preset `name`; None when the model has no such op (bf16: no
     quantizer; no preset configures the trtllm-gen dev kernels, whose op has its own config)."""
     p = PRESETS[name]
-    if op not in ("routing", "quant", "moe"):
-        return None
     if name == TRTLLM_GEN_ROUTING:
         return _trtllm_gen_routing() if op == "routing" else None
     if name == MONO_MOE:
@@ -272,7 +270,7 @@ def configs(name, op):
         return _routing(p, num_tokens())
     if op == "moe":
         return _moe(p)
-    return _quant(p) if p.quant in QUANT_SCHEME else None
+    return _quant(p) if op == "quant" and p.quant in QUANT_SCHEME else None
 
 
 def space(name, op):

@@ -147,10 +147,11 @@ def append_shared(ids, w, num_experts, num_shared, rsf, shared_weight="routed_su
         return ids, w
     T = ids.shape[0]
     shared_ids = torch.arange(num_experts, num_experts + num_shared, dtype=ids.dtype, device=ids.device)
-    divisor = torch.tensor(1.0 if rsf is None else rsf, dtype=torch.float32, device=w.device)
-    shared_w = ordered_sum(w) / divisor  # a tensor divisor: CUDA divides by python scalars via a reciprocal
     if shared_weight == "one":
-        shared_w = torch.ones_like(shared_w)
+        shared_w = torch.ones(T, dtype=w.dtype, device=w.device)
+    else:
+        divisor = torch.tensor(1.0 if rsf is None else rsf, dtype=torch.float32, device=w.device)
+        shared_w = ordered_sum(w) / divisor  # a tensor divisor: CUDA divides by python scalars via a reciprocal
     return (torch.cat([ids, shared_ids.expand(T, num_shared)], dim=1),
             torch.cat([w, shared_w.unsqueeze(1).expand(T, num_shared)], dim=1))
 
