@@ -136,6 +136,8 @@ BAD = {
         "expected.npz does not match its recorded SHA-256",
     ),
     "observed": (lambda p: _edit_json(p, lambda m: m.update(observed=[])), "observed must be an object"),
+    "other generator": (lambda p: _edit_json(p, lambda m: m["inputs"].update(generator="mylab:inputs/7")),
+                        "inputs.generator 'mylab:inputs/7' is not 'difftest:inputs/1'"),
 }
 
 
@@ -262,3 +264,10 @@ def test_a_non_finite_number_in_observed_is_refused(tmp_path):
     (path / "case.json").write_text(json.dumps(meta))
     with pytest.raises(fixtures.FixtureError, match="non-finite number"):
         fixtures.load(path)
+
+
+def test_a_legacy_generator_label_still_loads(tmp_path):
+    """Fixtures written before the generators had names recorded a module path that no longer exists."""
+    path = record(tmp_path)
+    _edit_json(path, lambda m: m["inputs"].update(generator="difftest.generate.inputs"))
+    assert fixtures.load(path).meta["inputs"]["generator"] == "difftest.generate.inputs"

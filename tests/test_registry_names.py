@@ -9,6 +9,7 @@ import pytest
 
 from difftest.artifacts import fixtures
 from difftest.checking import interface
+from difftest.model import generate
 from difftest.selftest import bug_models, known_bugs, tie_orders
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,3 +41,10 @@ def test_committed_fixtures_name_no_difftest_module():
     named_by_path = {k: v for k, v in refs.items() if v.startswith("difftest.")}
     assert not named_by_path, named_by_path
     assert sum(v.startswith(("bug:", "tie_order:")) for v in refs.values()) >= 17
+
+
+def test_committed_fixtures_name_their_generators_not_modules():
+    """case.json's generator fields hold difftest/model/generate.py's GENERATORS names."""
+    metas = [json.loads((p / "case.json").read_text()) for p in fixtures.discover(ROOT / "fixtures")]
+    labels = {m["inputs"]["generator"] for m in metas} | {m["weights"]["generator"] for m in metas if m["weights"]}
+    assert labels == set(generate.GENERATORS.values())

@@ -178,13 +178,12 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
         "provenance": provenance,
         "inputs": {
             "file": "inputs.npz" if inline else None,
-            # the generators' recorded names (docs/architecture.md): not import paths, model/generate.py holds both
-            "generator": "difftest.generate.inputs",
+            "generator": generate.GENERATORS["inputs"],  # a name, not an import path (model/generate.py)
             "sha256": generate.digest(inputs),
         },
         "weights": None
         if case.op != "moe"
-        else {"generator": "difftest.generate.expert_weights", "sha256": weights_digest(case)},
+        else {"generator": generate.GENERATORS["weights"], "sha256": weights_digest(case)},
         "expected": {"file": "expected.npz" if inline else None, "sha256": generate.digest(expected)},
     }
     # A private directory per writer: a writer killed half-way leaves only its own *.partial-* directory
@@ -312,6 +311,14 @@ def _file_entry(path, meta, key, name):
     return entry
 
 
+def _generator(path, entry, what):
+    """The generator an inputs / weights entry names must be this difftest's (or its legacy label): another name
+    means the recorded bits came from a generator this version cannot regenerate."""
+    name = entry.get("generator")
+    if generate.LEGACY_GENERATORS.get(name, name) != generate.GENERATORS[what]:
+        _fail(path, f"{what}.generator {name!r} is not {generate.GENERATORS[what]!r}, the generator of this difftest")
+
+
 def load(path):
     """Load and validate a fixture directory (or its case.json)."""
     path = Path(path)
@@ -356,6 +363,7 @@ def load(path):
         _fail(path, "impl must be an object with non-empty string ref and a string name")
     spec_in = _file_entry(path, meta, "inputs", "inputs.npz")
     spec_out = _file_entry(path, meta, "expected", "expected.npz")
+    _generator(path, spec_in, "inputs")
     try:
         case = Case.from_dict(meta["case"])
         n_inputs, n_weights = declared_elements(case)
@@ -374,6 +382,8 @@ def load(path):
     if inputs is not generated and generate.digest(generated) != spec_in["sha256"]:
         _fail(path, "the case does not regenerate its recorded inputs (seed or configuration edited, or generator "
                     "drift)")
+    if case.op == "moe" and isinstance(meta["weights"], dict):
+        _generator(path, meta["weights"], "weights")
     if case.op == "moe" and (not isinstance(meta["weights"], dict)
                              or meta["weights"].get("sha256") != weights_digest(case)):
         _fail(path, "regenerated expert weights do not match their recorded SHA-256 (generator drift)")

@@ -41,6 +41,13 @@ DEV_DISTS = ("normal", "large", "tiny", "zero_block", "non_local")
 # accumulator or store that errs one way moves every output it changes the same way (the bias test's best case).
 MOE_DISTS = (*ROUTING_DISTS, "nonneg")
 DISTS = {"routing": ROUTING_DISTS, "moe": MOE_DISTS, "quant": QUANT_DISTS, "trtllm_ops": DEV_DISTS}
+# The names a fixture records for the generator of its inputs and of its expert weights (case.json "inputs" /
+# "weights" "generator"): names of what inputs() and expert_weights() compute, not import paths, so moving this module
+# touches no fixture. A change to what they compute changes the digests pinned in tests/test_difftest_generate.py and
+# gets a new name. LEGACY_GENERATORS: the labels fixtures were written with before they had names.
+GENERATORS = {"inputs": "difftest:inputs/1", "weights": "difftest:expert_weights/1"}
+LEGACY_GENERATORS = {"difftest.generate.inputs": GENERATORS["inputs"],
+                     "difftest.generate.expert_weights": GENERATORS["weights"]}
 
 
 # ---- bit transforms
