@@ -2,7 +2,8 @@
 (its keyword mappers are methods of the configs), and the command line does not import the self-test (it is
 loaded by module name when `mutants` is asked for) nor hold the campaign runner (cli.py only parses and
 dispatches). The subpackages of difftest/ import in the direction of the flow, model ← checking ← running ←
-artifacts ← selftest, apart from the few edges listed in UPWARD (each with its reason)."""
+artifacts ← selftest, apart from the few edges listed in UPWARD (each with its reason). Hypothesis is used through
+its public API only (no hypothesis.internal, no private attribute of a Hypothesis object)."""
 
 import ast
 from pathlib import Path
@@ -93,3 +94,28 @@ def test_imports_follow_the_flow():
 def test_leaves_import_nothing_of_difftest():
     for leaf in LEAVES:
         assert imported(leaf.replace(".", "/") + ".py") == set(), leaf
+
+
+def test_hypothesis_is_used_through_its_public_api():
+    """No module imports hypothesis.internal or reads a _private attribute of anything imported from hypothesis."""
+    private = []
+    for path in sorted((ROOT / "difftest").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "hypothesis":
+                if ".internal" in f".{node.module}." or any(a.name.startswith("_") for a in node.names):
+                    private.append(f"{path.name}: from {node.module} import ...")
+                names |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                private += [f"{path.name}: import {a.name}" for a in node.names
+                            if a.name.startswith("hypothesis.internal")]
+                names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("hypothesis")}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in names:
+                    private.append(f"{path.name}: {root.id}...{node.attr}")
+    assert not private, private

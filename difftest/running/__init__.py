@@ -1,2 +1,2 @@
-"""Running a campaign: the Hypothesis search per (implementation, op) cell (campaign, pareto_keys), crash and hang
+"""Running a campaign: the Hypothesis search per (implementation, op) cell (campaign), crash and hang
 isolation in worker processes (isolation), the `fuzz` runner (run) and the pipelined device runner (pipeline)."""

@@ -31,10 +31,8 @@ from ..checking import interface
 from ..checking.check import run_case
 from ..model import strategies
 from ..model.case import CaseError
-from . import pareto_keys
 from .isolation import IsolatedRunner, pending, settle_pending
 
-pareto_keys.install()  # the same search, a third less Hypothesis bookkeeping (difftest/running/pareto_keys.py)
 REPLAY = "replay: python -m difftest replay {path}"
 # a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
 # JIT-build its kernel (minutes for a FlashInfer module on a cold cache)
