@@ -315,7 +315,7 @@ def _generator(path, entry, what):
     """The generator an inputs / weights entry names must be this difftest's (or its legacy label): another name
     means the recorded bits came from a generator this version cannot regenerate."""
     name = entry.get("generator")
-    if generate.LEGACY_GENERATORS.get(name, name) != generate.GENERATORS[what]:
+    if not isinstance(name, str) or generate.LEGACY_GENERATORS.get(name, name) != generate.GENERATORS[what]:
         _fail(path, f"{what}.generator {name!r} is not {generate.GENERATORS[what]!r}, the generator of this difftest")
 
 
