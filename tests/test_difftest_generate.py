@@ -142,23 +142,30 @@ def test_bad_json_fields_are_errors():
         generate.inputs(Case("routing", DS, "bogus", 0))
 
 
-def test_quantized_layers_are_sometimes_wider_than_one_block_but_small():
-    """fp8_block scales and the per-block accumulation order need K > 128; wide layers keep T, E small."""
+def test_layers_are_sometimes_wide_or_of_model_width_but_small():
+    """fp8_block scales and the per-block accumulation order need K > 128 (wide layers, quantized paths); errors
+    that grow with K need model widths (K >= 512, every path, bf16 included); both keep T and E small, and
+    model-width cases draw only the normal and nonneg inputs."""
     from hypothesis import find, settings
     from hypothesis.errors import NoSuchExample
 
-    wide = find(
-        strategies.moe_configs(quant="fp8_block"),
-        lambda c: c.hidden_size > 128 and c.intermediate_size > 128,
-        settings=settings(max_examples=2000, database=None),
-    )
-    assert wide.hidden_size <= strategies.MOE_WIDE_SIZE
+    S = strategies
+    many = settings(max_examples=2000, database=None)
+    wide = find(S.moe_configs(quant="fp8_block"), lambda c: 128 < c.hidden_size <= S.MOE_WIDE_SIZE
+                and c.intermediate_size > 128, settings=many)
+    assert wide.routing.num_tokens <= S.MOE_WIDE_MAX_TOKENS
+    for quant in ("bf16", "fp8_block"):
+        model = find(S.moe_configs(quant=quant), lambda c: c.hidden_size >= S.MOE_MODEL_MIN_HIDDEN, settings=many)
+        assert S.MOE_MODEL_MIN_INTERMEDIATE <= model.intermediate_size <= S.MOE_MODEL_INTERMEDIATE
     with pytest.raises(NoSuchExample):
-        find(strategies.moe_configs(quant="fp8_block"),
-             lambda c: max(c.hidden_size, c.intermediate_size) > 128
-             and (c.routing.num_tokens > strategies.MOE_WIDE_MAX_TOKENS
-                  or c.routing.num_experts > strategies.MOE_WIDE_MAX_EXPERTS),
+        find(S.moe_configs(), lambda c: max(c.hidden_size, c.intermediate_size) > 128 and (
+            c.routing.num_experts > max(S.MOE_WIDE_MAX_EXPERTS, S.MOE_MODEL_MAX_EXPERTS)
+            or c.routing.num_tokens > (S.MOE_MODEL_MAX_TOKENS if S.model_width("moe", c) else S.MOE_WIDE_MAX_TOKENS)
+            or S.MOE_WIDE_SIZE < c.hidden_size < S.MOE_MODEL_MIN_HIDDEN or c.hidden_size > S.MOE_MODEL_HIDDEN),
              settings=settings(max_examples=300, database=None))
+    with pytest.raises(NoSuchExample):
+        find(S.cases(op="moe"), lambda case: S.model_width("moe", case.config)
+             and case.dist not in S.MODEL_WIDTH_DISTS, settings=settings(max_examples=300, database=None))
 
 
 def test_fused_kernel_adapters_get_the_stacked_expert_weights():

@@ -59,6 +59,21 @@ MOE_WIDE_SIZE = int(os.environ.get("DIFFTEST_MOE_WIDE_SIZE", "256"))
 MOE_WIDE_ODDS = int(os.environ.get("DIFFTEST_MOE_WIDE_ODDS", "6"))
 MOE_WIDE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_TOKENS", "6"))
 MOE_WIDE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_EXPERTS", "4"))
+# Layers of model width, on every path: H in [MOE_MODEL_MIN_HIDDEN, MOE_MODEL_HIDDEN], I in [MOE_MODEL_MIN_INTERMEDIATE,
+# MOE_MODEL_INTERMEDIATE], drawn in one case of MOE_MODEL_ODDS with at most MOE_MODEL_MAX_TOKENS tokens and _EXPERTS
+# experts. Errors that grow with K live here: a sum of K >= 512 same-sign bf16 products exceeds each by more than 2^8,
+# so an fp32 partial sum drops product bits, and an accumulator or store that errs one way crosses the bf16 rounding
+# points of the outputs (the bias test's prey: difftest/checking/bias.py). Their inputs are MODEL_WIDTH_DISTS only: the
+# routing distributions (ties, underflow, bias shapes) are exercised at every narrower width and would only add cost.
+MOE_MODEL_MIN_HIDDEN = int(os.environ.get("DIFFTEST_MOE_MODEL_MIN_HIDDEN", "512"))
+MOE_MODEL_HIDDEN = int(os.environ.get("DIFFTEST_MOE_MODEL_HIDDEN", "2048"))
+MOE_MODEL_MIN_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_MODEL_MIN_INTERMEDIATE", "256"))
+MOE_MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_MODEL_INTERMEDIATE", "512"))
+MOE_MODEL_ODDS = int(os.environ.get("DIFFTEST_MOE_MODEL_ODDS", "8"))
+MOE_MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MODEL_MAX_TOKENS", "16"))
+MOE_MODEL_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MODEL_MAX_EXPERTS", "4"))
+MODEL_WIDTH_DISTS = ("normal", "nonneg")
+MODEL_REGIME = MOE_MODEL_HIDDEN >= MOE_MODEL_MIN_HIDDEN > max(MOE_MAX_SIZE, MOE_WIDE_SIZE)  # else: not drawn
 TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)  # TMA row padding, warp/tile widths, routing kernel thresholds
 GROUP_SIZES = (16, 32, 64, 128, 256)  # fp8_group quantizer groups (spec.quant.GROUP_SIZES)
 SCALING_FACTORS = (None, 1.0, 2.5, 2.826, 16.0)  # None: no scaling (Qwen, Mixtral, Llama-4); 2.5: DeepSeek-V3
@@ -194,22 +209,28 @@ def quant_configs(draw, scheme=None):
 
 
 @_cached
-def _sizes(quant, top):
-    """Hidden / intermediate sizes: multiples of the activation block (fp8 128, mxfp8 32, nvfp4 16); bf16
-    takes any multiple of 16, non-multiples of 128 included."""
+def _sizes(quant, top, bottom=1):
+    """Hidden / intermediate sizes in [bottom, top]: multiples of the activation block (fp8 128, mxfp8 32, nvfp4
+    16); bf16 takes any multiple of 16, non-multiples of 128 included."""
     step = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}[quant]
-    return _sizes_of(step, top)
+    return _sizes_of(step, top, bottom)
 
 
 @_cached
 @st.composite
 def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None, max_tokens=None):
-    """MoE layers of at most MOE_MAX_SIZE hidden / intermediate; a quantized one in MOE_WIDE_ODDS is wide
-    (up to MOE_WIDE_SIZE: several K blocks) with few tokens and experts, so that it stays cheap."""
+    """MoE layers of at most MOE_MAX_SIZE hidden / intermediate; one in MOE_MODEL_ODDS is of model width (above),
+    and of the others a quantized one in MOE_WIDE_ODDS is wide (up to MOE_WIDE_SIZE: several K blocks); both with
+    few tokens and experts, so that they stay cheap."""
     quant = quant or draw(_sampled(*QUANT_PATHS), label="quant")
-    wide = quant != "bf16" and MOE_WIDE_SIZE > MOE_MAX_SIZE and draw(
+    model = MODEL_REGIME and draw(
+        _ints(0, MOE_MODEL_ODDS - 1), label="model_width") == MOE_MODEL_ODDS - 1
+    wide = not model and quant != "bf16" and MOE_WIDE_SIZE > MOE_MAX_SIZE and draw(
         _ints(0, MOE_WIDE_ODDS - 1), label="wide") == MOE_WIDE_ODDS - 1
     tokens, experts = max_tokens or MOE_MAX_TOKENS, max_experts or MOE_MAX_EXPERTS
+    if model:
+        tokens = min(max_tokens or MOE_MODEL_MAX_TOKENS, MOE_MODEL_MAX_TOKENS)
+        experts = min(experts, MOE_MODEL_MAX_EXPERTS)
     if wide:
         tokens, experts = min(tokens, MOE_WIDE_MAX_TOKENS), min(experts, MOE_WIDE_MAX_EXPERTS)
     size = MOE_WIDE_SIZE if wide else MOE_MAX_SIZE
@@ -221,8 +242,10 @@ def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None
         offset = draw(_ints(0, E - local), label="local_expert_offset")
     return MoEConfig(
         routing=routing,
-        hidden_size=draw(_sizes(quant, min(MAX_HIDDEN, size)), label="hidden_size"),
-        intermediate_size=draw(_sizes(quant, min(MAX_INTERMEDIATE, size)), label="intermediate_size"),
+        hidden_size=draw(_sizes(quant, MOE_MODEL_HIDDEN, MOE_MODEL_MIN_HIDDEN) if model
+                         else _sizes(quant, min(MAX_HIDDEN, size)), label="hidden_size"),
+        intermediate_size=draw(_sizes(quant, MOE_MODEL_INTERMEDIATE, MOE_MODEL_MIN_INTERMEDIATE) if model
+                               else _sizes(quant, min(MAX_INTERMEDIATE, size)), label="intermediate_size"),
         activation=activation or draw(_sampled(*ACTIVATIONS), label="activation"),
         half_order=draw(_sampled("gate_up", "up_gate"), label="half_order"),
         quant=quant,
@@ -284,8 +307,9 @@ def dev_kernel_configs(draw, kernel=None):
 
 
 @_cached
-def _sizes_of(step, top):
-    return st.integers(1, max(1, top // step)).map(lambda n: n * step)
+def _sizes_of(step, top, bottom=1):
+    lo = max(1, -(-bottom // step))
+    return st.integers(lo, max(lo, top // step)).map(lambda n: n * step)
 
 
 CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": moe_configs,
@@ -299,6 +323,11 @@ SPECIAL_DISTS = ("nonfinite",)  # NaN/Inf inputs are their own checks, drawn onl
 WEIGHT_DISTS = ("nonneg",)
 
 
+def model_width(op, config):
+    """Whether a case of `op` is a layer of model width (wider than the other regimes reach)."""
+    return op == "moe" and MODEL_REGIME and config.hidden_size >= MOE_MODEL_MIN_HIDDEN
+
+
 @st.composite
 def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config_kwargs):
     """A Case of `op` (drawn if None); `configs` overrides the configuration strategy (model presets);
@@ -307,7 +336,8 @@ def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config
     op = op or draw(_sampled("routing", "quant", "moe", "trtllm_ops"), label="op")
     config = draw(configs if configs is not None else CONFIG_STRATEGIES[op](**config_kwargs), label="config")
     names = [d for d in DISTS[op] if (special or d not in SPECIAL_DISTS)
-             and (weight_seed is None or op != "moe" or d not in WEIGHT_DISTS)]
+             and (weight_seed is None or op != "moe" or d not in WEIGHT_DISTS)
+             and (d in MODEL_WIDTH_DISTS or not model_width(op, config))]
     dist = draw(_sampled(*names), label="dist")
     return Case(op, config, dist, draw(seeds(), label="seed"), weight_seed if op == "moe" else None)
 
