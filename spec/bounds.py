@@ -76,7 +76,9 @@ def gamma(n, u):
 
 def accumulation(n, acc, fp8_operands, block=HOPPER_BLOCK):
     """(hard, prob) coefficients c with |fl(Σ_k a_k b_k) − Σ_k a_k b_k| ≤ c·Σ_k |a_k b_k|, any summation
-    order. fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). hopper_fp8
+    order. fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). tensor_core:
+    γ_{n+2}(2^-23), an addition that rounds toward zero errs by less than one ulp; its errors keep one sign, so
+    prob = hard (no √n). hopper_fp8
     (FP8 operands only, else fp32): γ_b(2^-13) inside each K block of b = `block` (128; 64 for mono_moe's 1×64
     intermediate) + γ_{n/b+2}(2^-24) across blocks. The spec's own float64 sum adds γ_{n+2}(2^-53).
     γ_b(2^-13) covers hopper.hopper_fp8_step: per step of 32 products every term loses < 2^(E-13) ≤ 2^-13·|term|
@@ -89,6 +91,8 @@ def accumulation(n, acc, fp8_operands, block=HOPPER_BLOCK):
             inner + outer + inner * outer,
             LAMBDA * (math.sqrt(b) * HOPPER_U + math.sqrt(nb + 2) * U32),
         )
+    elif acc == "tensor_core":
+        hard = prob = gamma(n + 2, 2 * U32)
     else:
         u = U64 if acc == "fp64" else U32
         hard, prob = gamma(n + 2, u), LAMBDA * math.sqrt(n + 2) * u

@@ -40,7 +40,7 @@ from .routing import SIGMOID_METHODS, expert_parallel_ids, ideal_scores, renorma
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
 SCALE_FMTS = ("fp32", "ue8m0")  # fp8_block activation / intermediate scales (quant.per_token_group_quant_fp8)
-ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_blocked", "hopper_fp8")
+ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_truncating", "fp32_blocked", "hopper_fp8")
 BLOCKED = ("fp32_blocked", "hopper_fp8")  # accumulations emulated on FP8 codes by block_scaled_gemm
 SLAB = 16  # weight rows decoded at a time (divides FP8_BLOCK): a [16, 7168] float64 slab (0.9 MiB) stays in L2
 E4M3_FLOAT64 = E4M3_VALUES.astype(np.float64)  # one gather and a same-dtype multiply decode a slab
@@ -127,9 +127,10 @@ class Operand(NamedTuple):
 
 def _gemm(a, w, accumulate, block=FP8_BLOCK):
     """a·wᵀ summed exactly in float64, or (emulations, for the bound tests) as one fp32 realization of the
-    recipe: "fp32" sequential and "fp32_pairwise" (numpy's pairwise sum) over fp32 products of the decoded
-    values; "fp32_blocked" and "hopper_fp8": block_scaled_gemm on FP8 codes (as "fp32" for other operands),
-    in K blocks of the activation's group width `block` (FP8_BLOCK, or 64 for mono_moe's re-quantization)."""
+    recipe: "fp32" sequential, "fp32_pairwise" (numpy's pairwise sum) and "fp32_truncating" (sequential, every
+    addition rounded toward zero: a tensor_core accumulator) over fp32 products of the decoded values;
+    "fp32_blocked" and "hopper_fp8": block_scaled_gemm on FP8 codes (as "fp32" for other operands), in K blocks
+    of the activation's group width `block` (FP8_BLOCK, or 64 for mono_moe's re-quantization)."""
     if accumulate == "exact":
         return a.values @ w.values.T
     if accumulate in BLOCKED and a.fp8 is not None and w.fp8 is not None:
@@ -142,7 +143,20 @@ def _gemm(a, w, accumulate, block=FP8_BLOCK):
     products = (a.values[:, None, :] * w.values[None, :, :]).astype(np.float32)
     if accumulate == "fp32_pairwise":
         return np.sum(products, axis=-1, dtype=np.float32).astype(np.float64)
+    if accumulate == "fp32_truncating":
+        return _truncating_sum(products)
     return np.cumsum(products, axis=-1, dtype=np.float32)[..., -1].astype(np.float64)
+
+
+def _truncating_sum(products):
+    """Σ_k products[..., k] in fp32, k ascending, each addition rounded toward zero. The float64 sum of two fp32
+    values is exact unless their exponents lie more than 29 apart, and then it is off by far less than an fp32 ulp."""
+    acc = np.zeros(products.shape[:-1])
+    for k in range(products.shape[-1]):
+        exact = acc + products[..., k]
+        near = exact.astype(np.float32)
+        acc = np.where(np.abs(near) > np.abs(exact), np.nextafter(near, np.float32(0)), near).astype(np.float64)
+    return acc
 
 
 def _parts(wd, name, quant, gated):

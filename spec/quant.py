@@ -191,7 +191,8 @@ def w13_dequant(q, s, block=FP8_BLOCK):
 def block_scaled_gemm(aq, a_s, wq, w_s, *, acc="fp32", block=128):
     """C[m,n] = Σ_b a_s[m,b]·w_s[n//128,b]·P_b, P_b = Σ_{k in block b} a[m,k]·w[n,k] (docs/semantics.md §3);
     fp64: in fp64.
-    fp32: C = fl(C + fl(fl(fl(P_b)·a_s)·w_s)), b ascending; hopper_fp8: as fp32, P_b accumulated by
+    fp32: C = fl(C + fl(fl(fl(P_b)·a_s)·w_s)), b ascending (tensor_core: the same; rounding to nearest is one of the
+    roundings it allows); hopper_fp8: as fp32, P_b accumulated by
     hopper_fp8_step, 32 products at a time (the tensor core's e8m13 accumulator; fl(P_b) is then exact), computed
     by hopper_block_sums.
     P_b of e4m3 codes is exact in float64 (products are multiples of 2^-18 below 2^18: a sum of 128 fits 53

@@ -20,7 +20,11 @@ ACT_QUANT_VARIANTS = (*HOST_QUANT_VARIANTS, "mul_448_div_amax")
 QUANT_VARIANTS = (*ACT_QUANT_VARIANTS, "mul_mufu_rcp_scale")
 REQUANT_GROUPS = (64, 128)
 SCALE_FORMULAS = ("div448", "mul_rcp448")
-GEMM_ACCS = ("fp64", "fp32", "hopper_fp8")
+# GEMM accumulators: fp64; fp32 (round to nearest at every addition, any order); tensor_core (fp32 whose additions
+# may round toward zero: the H200's bf16 tensor cores under cuBLAS move every changed output of a non-negative
+# K = 2048 product toward zero, campaigns/h200/s6/README.md; a kernel on tensor cores declares it); hopper_fp8 (the
+# Hopper FP8 tensor core's e8m13 accumulator inside each K block, emulated bit for bit: spec.hopper).
+GEMM_ACCS = ("fp64", "fp32", "tensor_core", "hopper_fp8")
 MX_RULES = ("ocp", "ceil448")
 ROUTER_WEIGHT_AT = ("gemm2", "combine", "before_requant")
 SUBNORMALS = ("keep", "flush")
@@ -64,7 +68,7 @@ class Recipe:
     (SHARED_WEIGHTS) is the fused shared experts' weight: Σ(routed weights)/rsf or exactly 1.0; the two differ
     only where every routed weight vanishes (all selected sigmoids underflow).
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
-    ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (``hopper_fp8``: the tensor core's truncating
+    ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (GEMM_ACCS; ``hopper_fp8``: the tensor core's truncating
     e8m13 accumulator inside each K block, spec.hopper.hopper_fp8_step, then promotion to fp32); the
     intermediate is re-quantized before GEMM2 when ``requant_intermediate``. Then ``gemm1_out`` → activation
     in ``act_compute`` → ``act_out`` → GEMM2 with the router weight in its epilogue → ``expert_out`` → weighted sum in
@@ -169,16 +173,16 @@ DEFAULT = Recipe(name="spec", tie_rule="lower_index")
 # kernels' TopKRedType packs (score bits, 65535 − index) into one key, so equal scores go to the lower index
 # (docs/trtllm_gen_routing.md §2; groups likewise).
 TRTLLM_BF16 = Recipe(name="flashinfer_trtllm_bf16", routing_weights="bf16",
-                     renorm_order="scale_then_divide", gemm1_out="fp32", router_weight_at="combine",
-                     tie_rule="lower_index")
+                     renorm_order="scale_then_divide", gemm_acc="tensor_core", gemm1_out="fp32",
+                     router_weight_at="combine", tie_rule="lower_index")
 
 # FlashInfer trtllm-gen FP8 block (DeepSeekFp8, docs/semantics.md §4.3, §5.1): hidden states quantized by the caller
 # (SGLang's JIT kernel: s = amax·fl(1/448), q = x·fl(448·fl(1/amax))), activation in fp32, intermediate
 # re-quantized 1×128 inside the kernel, bf16 routing weights.
 TRTLLM_FP8_BLOCK = Recipe(name="flashinfer_trtllm_fp8_block", routing_weights="bf16",
                           renorm_order="scale_then_divide", act_quant_variant="mul_rcp_amax",
-                          act_scale_formula="mul_rcp448", gemm1_out="fp32", router_weight_at="combine",
-                          tie_rule="lower_index")
+                          act_scale_formula="mul_rcp448", gemm_acc="tensor_core", gemm1_out="fp32",
+                          router_weight_at="combine", tie_rule="lower_index")
 
 # FlashInfer mono_moe (SM90a block-FP8 single kernel, docs/semantics.md §5.4; impls/flashinfer/mono_moe.py
 # RECIPE_FIELDS, read in the 0.7.2.post1 sources): bf16 logits, __expf sigmoid, weights times fl(1/Σ); quantizer

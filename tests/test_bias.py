@@ -129,6 +129,19 @@ def test_truncating_accumulator_is_caught_by_its_cell():
     assert evidence.s < 0
 
 
+def test_a_tensor_core_recipe_is_not_held_to_symmetric_rounding():
+    """The spec summed with additions that round toward zero: under a recipe that declares fp32 accumulation its
+    cell rejects (the same one-way push as TRUNCATING_ACC); under one that declares tensor_core it is a correct
+    implementation, within the bound, and its errors are not asked to be symmetric."""
+    promised_nearest = impl_spec.summed_in("fp32_truncating", FP32_STORES)
+    evidence, statuses = cell_evidence(promised_nearest, 20)
+    assert set(statuses) == {"pass"} and evidence.rejects() and evidence.s < 0, evidence
+    declared = FP32_STORES.but(name="fp32_stores_tensor_core", gemm_acc="tensor_core")
+    assert "tensor core" in bias.not_applicable(declared)
+    evidence, statuses = cell_evidence(impl_spec.summed_in("fp32_truncating", declared), 20)
+    assert set(statuses) == {"pass"} and evidence.tokens == 0, evidence
+
+
 @pytest.mark.heavy
 def test_nonneg_inputs_carry_a_truncating_accumulator_through_bf16_stores():
     """The mutation self-test's fp32_accumulator_truncates (inside torch eager's bf16 pipeline) at H = 512: on

@@ -12,7 +12,7 @@ from test_layer import problem, quantized_weights
 from within import assert_within
 
 from difftest.checking.compare import elementwise
-from spec import bounds, hopper, mlp, quant, recipes
+from spec import bounds, hopper, layer, mlp, quant, recipes
 from spec.bounds import Err
 from spec.layer import StackedWeights, moe_layer
 from spec.numerics import E4M3FN, encode, round_to
@@ -33,6 +33,23 @@ def test_gamma_and_accumulation_coefficients():
     assert hopper == pytest.approx(bounds.gamma(128, 2.0**-13) + bounds.gamma(58, 2.0**-24), rel=1e-3)
     assert bounds.accumulation(7168, "hopper_fp8", False)[0] == fp32  # bf16 operands: fp32 accumulation
     assert prob < hopper
+
+
+def test_a_truncating_accumulator_needs_the_tensor_core_coefficient():
+    """1 + n terms of 2^-23·(1 − 2^-10), each below one ulp of the running sum: rounded to nearest every addition
+    goes up by one ulp (error ≈ 2^-33 each), rounded toward zero every term is lost (error ≈ n·2^-23), twice the
+    fp32 coefficient γ_{n+2}(2^-24) and within tensor_core's γ_{n+2}(2^-23)."""
+    n = 1000
+    t = np.float32(2.0**-23 * (1 - 2.0**-10))
+    terms = np.array([1.0, *[t] * n], np.float32)
+    exact = float(np.sum(terms.astype(np.float64)))
+    truncated = float(layer._truncating_sum(terms[None, :])[0])
+    nearest = float(np.cumsum(terms, dtype=np.float32)[-1])
+    magnitude = float(np.sum(np.abs(terms.astype(np.float64))))
+    fp32, _ = bounds.accumulation(n + 1, "fp32", False)
+    tensor_core, prob = bounds.accumulation(n + 1, "tensor_core", False)
+    assert truncated == 1.0 and abs(nearest - exact) <= fp32 * magnitude
+    assert fp32 * magnitude < abs(truncated - exact) <= tensor_core * magnitude and prob == tensor_core
 
 
 @pytest.mark.parametrize("name", ["silu", "gelu", "gelu_tanh", "identity"])
@@ -261,6 +278,7 @@ def test_hard_bound_holds_for_reordered_accumulation(path, recipe, activation, s
     block = {"mxfp8": 32, "nvfp4": 16}.get(path, 128)  # scale blocks must keep their elements
     within = permuted(x, (w13, w2), block_permutation(rng, 256, block), block_permutation(rng, 128, block), gated)
     accs = ["fp32", "fp32_pairwise"] + {"bf16": []}.get(path, ["fp32_blocked"])
+    accs += ["fp32_truncating"] if recipe.gemm_acc == "tensor_core" else []
     runs = [("exact", (x, weights), acc) for acc in accs]
     runs += [("exact", (within[0], quantized_weights(*within[1:], path)[0]), acc) for acc in accs]
     if recipe.gemm_acc == "hopper_fp8":
@@ -298,7 +316,8 @@ def test_hard_bound_is_not_vacuous(path, recipe, H, I):
     """Random non-negative inputs (no cancellation, so rounding errors of a sequential fp32 sum are not hidden
     by a small result): an implementation's legitimate freedom reaches at least 1 % of the hard bound. That
     freedom is the summation order: reversed K for fp32 accumulation; for a hopper_fp8 recipe, whose block
-    sums the spec reproduces bit-exactly, the order of the blocks' fp32 promotion (whole blocks reversed).
+    sums the spec reproduces bit-exactly, the order of the blocks' fp32 promotion (whole blocks reversed); for a
+    tensor_core recipe, reversed K summed with additions that round toward zero.
     Expert and layer outputs are stored in fp32 here: a bf16 output rounding is tight by construction (0 or
     one ulp where a flip is possible) and would make the ratio a coin toss on a few near-midpoint elements."""
     recipe = recipe.but(expert_out="fp32", out="fp32")
@@ -308,7 +327,8 @@ def test_hard_bound_is_not_vacuous(path, recipe, H, I):
     if recipe.gemm_acc == "hopper_fp8":
         h_order, i_order, acc = reversed_blocks(H, 128), reversed_blocks(I, recipe.requant_group), None
     else:
-        h_order, i_order, acc = np.arange(H)[::-1], np.arange(I)[::-1], "fp32"
+        h_order, i_order = np.arange(H)[::-1], np.arange(I)[::-1]
+        acc = "fp32_truncating" if recipe.gemm_acc == "tensor_core" else "fp32"
     xp, w13p, w2p = permuted(x, (w13, w2), h_order, i_order, True)
     exact = moe_layer(x, logits, None, quantized_weights(w13, w2, path)[0], **kw)
     got = moe_layer(xp, logits, None, quantized_weights(w13p, w2p, path)[0], **kw, accumulate=acc)

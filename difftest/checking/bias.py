@@ -83,6 +83,8 @@ def not_applicable(recipe):
         return f"sigmoid {recipe.sigmoid!r} is an approximation whose error may keep one sign"
     if "mul_448_div_amax" in (recipe.act_quant_variant, recipe.requant_variant):
         return "the quantizer's approximate reciprocal may keep one sign"
+    if recipe.gemm_acc == "tensor_core":
+        return "the tensor core's fp32 accumulator may round toward zero, so its errors may keep one sign"
     return None
 
 
