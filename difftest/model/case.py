@@ -238,6 +238,11 @@ def check_routing(c):
     )
 
 
+# A moe layer's hidden / intermediate sizes come in multiples of these: the activation's scale block on the quantized
+# paths, 16 on bf16 (non-multiples of 128 included).
+SIZE_STEPS = {"bf16": 16, **SCALE_BLOCKS}
+
+
 def quant_block(c):
     """The elements of a row that share one scale in a QuantConfig's scheme (spec.numerics.SCALE_BLOCKS)."""
     return c.group_size if c.scheme == "fp8_group" else SCALE_BLOCKS[c.scheme]

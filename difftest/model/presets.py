@@ -19,9 +19,9 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 
 from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
-from spec.numerics import SCALE_BLOCKS
 from spec.routing import METHODS
 
+from .case import SIZE_STEPS as BLOCK  # hidden and intermediate sizes scale in multiples of these
 from .case import CaseError, MoEConfig, QuantConfig, RoutingConfig
 from .strategies import num_tokens
 
@@ -30,7 +30,6 @@ MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MODEL_INTERMEDIATE", "128"))
 MODEL_FULL = os.environ.get("DIFFTEST_MODEL_FULL") == "1"
 MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MODEL_MAX_TOKENS", "16"))
 WEIGHT_SEED = os.environ.get("DIFFTEST_WEIGHT_SEED", "0")  # checked by weight_seed(): a usage error, not a crash
-BLOCK = {"bf16": 16, **SCALE_BLOCKS}  # hidden and intermediate sizes scale in multiples of these
 
 
 class Preset(NamedTuple):

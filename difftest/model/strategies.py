@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
+from spec.numerics import SCALE_BLOCKS
 from spec.recipes import HOST_QUANT_VARIANTS, QUANT_VARIANTS, SCALE_FORMULAS
 
 from .case import (
@@ -36,6 +37,7 @@ from .case import (
     SCALE_FMTS,
     SCALE_LAYOUTS,
     SF_LAYOUTS,
+    SIZE_STEPS,
     TILE_TOKENS,
     Case,
     DevKernelConfig,
@@ -189,7 +191,7 @@ def quant_configs(draw, scheme=None):
     group = (
         draw(_sampled(*GROUP_SIZES), label="group_size")
         if scheme == "fp8_group"
-        else {"mxfp8": 32, "nvfp4": 16}[scheme]
+        else SCALE_BLOCKS[scheme]
     )
     H = group * draw(_ints(1, max(1, MAX_HIDDEN // group)), label="groups_per_row")
     fmt = draw(_sampled("fp32", "ue8m0"), label="scale_fmt") if scheme == "fp8_group" else "fp32"
@@ -212,7 +214,7 @@ def quant_configs(draw, scheme=None):
 def _sizes(quant, top, bottom=1):
     """Hidden / intermediate sizes in [bottom, top]: multiples of the activation block (fp8 128, mxfp8 32, nvfp4
     16); bf16 takes any multiple of 16, non-multiples of 128 included."""
-    step = {"bf16": 16, "fp8_block": 128, "mxfp8": 32, "nvfp4": 16}[quant]
+    step = SIZE_STEPS[quant]
     return _sizes_of(step, top, bottom)
 
 
