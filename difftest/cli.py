@@ -105,7 +105,7 @@ def parser():
     f.add_argument("--out", help="run directory (default runs/<timestamp>); format in difftest/artifacts/rundir.md")
     f.add_argument("--special", action="store_true", help="also draw NaN/Inf input distributions")
     f.add_argument("--known", metavar="DIR",
-                   help="fixtures whose signatures (op, implementation, kind, field) are known: failures "
+                   help="fixtures whose signatures (op, implementation, kind, field, slice) are known: failures "
                         "matching an open one are counted, not reported; the search goes on for others")
     f.add_argument(
         "--db", help="Hypothesis example database: a directory, or redis://HOST:PORT[/N] shared by many machines "

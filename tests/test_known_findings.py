@@ -1,4 +1,4 @@
-"""Known findings (issue 22, item 2): a finding's signature (op, implementation, kind, field) is recorded and
+"""Known findings (issue 22, item 2): a finding's signature (op, implementation, kind, field, slice) is recorded and
 the campaign goes on searching for different failures; ``fuzz --known DIR`` treats the open fixtures of DIR
 as known; the summary counts distinct findings and the failing cases of each."""
 
@@ -19,8 +19,8 @@ EXAMPLE = ROOT / "examples" / "plugin_example.py"
 WEIGHTS_BUG = ("w = np.take_along_axis(s, ids, axis=-1)", "w = np.take_along_axis(keys, ids, axis=-1)")
 TOKENS_BUG = ("        T, E = x.shape\n",
               "        T, E = x.shape\n        if T > 2:\n            raise ValueError('planted: T > 2')\n")
-WEIGHTS_SIG = ["routing", "example:deepseek_v3_numpy", "mismatch", "weights"]
-TOKENS_SIG = ["routing", "example:deepseek_v3_numpy", "error", "ValueError"]
+WEIGHTS_SIG = ["routing", "example:deepseek_v3_numpy", "mismatch", "weights", "deepseek_v3"]
+TOKENS_SIG = ["routing", "example:deepseek_v3_numpy", "error", "ValueError", "deepseek_v3"]
 
 
 def two_bugs(tmp_path):
@@ -66,6 +66,16 @@ def test_a_known_signature_is_counted_not_reported(tmp_path):
     assert set(res.known) <= known and sum(res.known.values()) > 0
 
 
+def test_a_known_failure_of_another_method_hides_nothing(tmp_path):
+    """The same two failures known for the renormalize method: the deepseek_v3 cell reports its own."""
+    ref = two_bugs(tmp_path)
+    known = {Signature(*WEIGHTS_SIG[:4], "renormalize"), Signature(*TOKENS_SIG[:4], "renormalize")}
+    res = campaign.fuzz_cell(interface.load(ref), ref, "routing", configs=presets.configs("deepseek-v3", "routing"),
+                             fixtures_root=tmp_path / "fx", known=set(known),
+                             hypothesis_settings=settings(max_examples=60, database=None, derandomize=True))
+    assert res.finding is not None and res.signature.slice == "deepseek_v3" and not res.known
+
+
 def test_two_planted_bugs_are_both_reported_in_one_run(tmp_path):
     r = fuzz(two_bugs(tmp_path), tmp_path / "run")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -73,7 +83,7 @@ def test_two_planted_bugs_are_both_reported_in_one_run(tmp_path):
     distinct = {tuple(d["signature"]): d for d in summary["distinct_findings"]}
     assert set(distinct) == {tuple(WEIGHTS_SIG), tuple(TOKENS_SIG)}, r.stdout
     assert all(d["cases"] >= 1 for d in distinct.values())
-    assert "2 distinct findings (op, implementation, kind, field):" in r.stdout
+    assert "2 distinct findings (op, implementation, kind, field, slice):" in r.stdout
 
 
 def test_known_fixtures_are_not_reported_again(tmp_path):

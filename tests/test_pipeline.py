@@ -41,7 +41,9 @@ def test_a_wrong_implementation_becomes_a_fixture_that_replays(tmp_path):
     ref = f"{IMPLS}:DOUBLED"
     summary, rows = run(tmp_path, ref, ["routing"], batches=3)
     assert summary["status"].get("fail", 0) > 0
-    assert len(summary["findings"]) == 1, "one finding per signature"
+    signatures = [campaign.fixture_signature(fixtures.load(f["fixture"]).meta) for f in summary["findings"]]
+    assert len(signatures) == len(set(signatures)) >= 1, "one finding per signature (one per routing method)"
+    assert len({s[:4] for s in signatures}) == 1, signatures
     fx = fixtures.load(summary["findings"][0]["fixture"])
     result, kind, _ = campaign.run_classified(interface.load(ref), fx.case, fx.inputs)
     assert kind == "mismatch" and result.status == "fail"

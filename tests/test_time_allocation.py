@@ -103,6 +103,6 @@ def test_a_timed_cell_with_a_finding_searches_on_for_another(tmp_path):
              "--time-budget", "15", "--out", str(tmp_path / "run"))
     assert r.returncode == 1, r.stdout + r.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    distinct = {tuple(d["signature"][2:]): d["cases"] for d in summary["distinct_findings"]}
+    distinct = {tuple(d["signature"][2:4]): d["cases"] for d in summary["distinct_findings"]}
     assert set(distinct) == {("mismatch", "weights"), ("error", "ValueError")}, r.stdout
     assert len(summary["findings"]) == 2 and max(distinct.values()) > 1, distinct

@@ -52,13 +52,17 @@ FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Signature(NamedTuple):
-    """What makes two failures the same finding: where (op, implementation), how (kind) and which output
-    or exception (field). A campaign that has a finding's signature keeps searching for other ones."""
+    """What makes two failures the same finding: where (op, implementation, and the slice of the op's search:
+    routing method, quant scheme, moe quant path, trtllm_ops kernel), how (kind) and which output or exception
+    (field). A campaign that has a finding's signature keeps searching for other ones; a known failure of one
+    routing method does not hide another method's (two open trtllm-gen routing bugs share the field
+    "permutation": Llama4's and DeepSeek-V3's)."""
 
     op: str
     impl: str
     kind: str  # mismatch | error | crash | hang
     field: str  # mismatch: the output named first (ids, weights, out, codes, ...); error: the exception type
+    slice: str  # the value of the config field the op's campaign is split by (strategies.SLICES)
 
     def __str__(self):
         return f"{self.op}, {self.impl}, {self.kind}, {self.field}"
@@ -78,14 +82,21 @@ def field_of(kind, message, impl_name):
     return m.group(0) if m else ""
 
 
-def signature(op, impl_name, kind, message):
-    return Signature(op, impl_name, kind, field_of(kind, message or "", impl_name))
+def slice_of(op, config):
+    """The value of the field `op`'s campaign is split by (strategies.SLICES), of a config or its dict."""
+    field = strategies.SLICES[op][0]
+    return str(config.get(field, "") if isinstance(config, dict) else getattr(config, field, ""))
+
+
+def signature(op, impl_name, kind, message, config):
+    return Signature(op, impl_name, kind, field_of(kind, message or "", impl_name), slice_of(op, config))
 
 
 def fixture_signature(meta):
     """The Signature of a fixture's case.json (the observed message names the field)."""
     kind = meta.get("kind") or fixtures.kind_of(meta["observed"])
-    return signature(meta["case"]["op"], meta["impl"]["name"], kind, meta["observed"].get("message"))
+    case = meta["case"]
+    return signature(case["op"], meta["impl"]["name"], kind, meta["observed"].get("message"), case["config"])
 
 
 def known_signatures(root):
@@ -480,7 +491,7 @@ def fuzz_cell(
             event(f"skip: {result.message.split(':')[0]}")
             return
         state["compared"] += 1
-        sig = None if kind is None else signature(case.op, impl.name, kind, result.message)
+        sig = None if kind is None else signature(case.op, impl.name, kind, result.message, case.config)
         if sig in known:
             state["known"][sig] += 1
             event(f"known: {sig}")
@@ -517,7 +528,7 @@ def fuzz_cell(
         case, result, kind, crash = state["last_failure"]  # Hypothesis replays the shrunk example last
         path = save(case, result, kind, crash)
         message = result.message + ("\n" + REPLAY.format(path=path) if path else f"\ncase: {case.to_json()}")
-        sig = signature(case.op, impl.name, kind, result.message)
+        sig = signature(case.op, impl.name, kind, result.message, case.config)
         known.add(sig)
         return CellResult(state["examples"], message, None if path is None else str(path), state["compared"],
                           state["skips"], sig, state["known"])

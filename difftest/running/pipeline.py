@@ -215,7 +215,7 @@ class Pipeline:
         record(campaign.case_row(impl.name, case, result, campaign.recipe_name(impl, case), kind))
         if kind is None:
             return
-        sig = campaign.signature(case.op, impl.name, kind, result.message)
+        sig = campaign.signature(case.op, impl.name, kind, result.message, case.config)
         if sig in self.signatures:
             return
         self.signatures.add(sig)

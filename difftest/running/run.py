@@ -158,7 +158,7 @@ def failures_by_signature(out):
     for p in out.glob("cases-*.jsonl"):
         for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
             if row.get("kind"):
-                n[signature(row["op"], row.get("impl", ""), row["kind"], row["message"])] += 1
+                n[signature(row["op"], row.get("impl", ""), row["kind"], row["message"], row["case"]["config"])] += 1
     return n
 
 
@@ -304,7 +304,7 @@ def finding_lines(findings):
     knows of the other's: it is printed once, the second fixture on one line under it."""
     groups = {}  # this run's findings by signature, in order of first appearance; earlier ones each alone
     for i, f in enumerate(findings):
-        key = ("earlier", i) if f["earlier"] else tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
+        key = ("earlier", i) if f["earlier"] else tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?", "?"))
         groups.setdefault(key, []).append(f)
     lines = []
     for first, *again in groups.values():
@@ -319,7 +319,7 @@ def distinct_findings(findings, per_signature):
     fixture and this run's failing cases with that signature."""
     out = {}
     for f in findings:
-        sig = tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?"))
+        sig = tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?", "?"))
         if sig not in out:
             out[sig] = {"signature": list(sig), "fixture": f["fixture"], "cases": per_signature.get(sig, 0)}
     return list(out.values())
@@ -480,7 +480,7 @@ def run_campaign(args, out):
         print(line)
     distinct = summary["distinct_findings"]
     if distinct:
-        print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field):")
+        print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field, slice):")
         for d in distinct:
             print(f"  [{', '.join(d['signature'])}] {d['cases']} failing cases, fixture {d['fixture']}")
     for b in biased:
