@@ -368,8 +368,9 @@ def _requant_reach(v, delta, q):
     unmoved = fixed & (delta == 0)
     low, high = np.where(unmoved, q.values, low), np.where(unmoved, q.values, high)
     low, high = np.minimum(low, q.values), np.maximum(high, q.values)
-    # the same split into code flips at the largest scale and the group's common scale motion (requant_reach)
-    shared = q.linear_scale & ~fixed & np.isfinite(t_lo) & np.isfinite(t_hi) & ~unmoved
+    # the same split into code flips at the largest scale and the group's common scale motion (requant_reach); not
+    # where the ratio is unbounded (a group of zeros that may move: the coarse rule's finite reach stands)
+    shared = q.linear_scale & ~fixed & np.isfinite(t_lo) & np.isfinite(t_hi) & np.isfinite(ratio_hi) & ~unmoved
     rho = np.where(shared, np.maximum(1 - ratio_lo, ratio_hi - 1), 0.0)
     changed = ~unmoved & ~one_code
     with np.errstate(invalid="ignore"):

@@ -144,6 +144,27 @@ def test_requant_reach_is_directed_and_shares_the_scale(seed, path, log_rel, spa
         assert np.mean(((lo < 0) & (hi > 0))[reachable]) < 0.5 if reachable.any() else True
 
 
+@pytest.mark.parametrize("path", ["fp8_block", "mxfp8", "nvfp4"])
+def test_requant_reach_of_a_zero_group_that_may_move_is_finite(path):
+    """A group the spec computes as all zeros (a relu2 row of 128 zeros) while an implementation's values may be up
+    to δ > 0: its scale may grow without bound relative to the spec's eps-sized one, so the reach is not a code
+    flip times a scale ratio (that was ±inf, and inf·0 a NaN in the layer's bound, seen in a campaign's model-width
+    layer); every reached value still lies within δ plus a rounding, and the bounds say so, finite."""
+    rng = np.random.default_rng(5)
+    v = np.zeros((2, 128))
+    v[1] = round_to(rng.standard_normal(128), "bf16")
+    delta = np.full(v.shape, 1.5e-5)
+    q = quantize(v, path, PLAIN, "div", "div448")
+    lo, hi, rho = bounds.requant_reach(v, Err(delta, delta, np.zeros_like(v)), q)
+    hard = bounds.requantized(v, Err(delta, delta, delta), q).hard
+    assert np.isfinite(lo).all() and np.isfinite(hi).all() and np.isfinite(rho).all() and np.isfinite(hard).all()
+    for _ in range(8):
+        got = requantized_moved(rng, v, delta, path).values
+        assert np.all(np.abs(got - q.values) <= hard)
+    w = rng.standard_normal((16, 128))
+    assert np.isfinite(bounds.directed_products(lo, hi, np.maximum(w, 0), np.maximum(-w, 0))).all()
+
+
 @settings(deadline=None, max_examples=50)
 @given(seed=st.integers(0, 2**32 - 1), fmt=st.sampled_from(["bf16", "e4m3fn"]), log_rel=st.floats(-8, -1))
 def test_directed_rounding_and_products(seed, fmt, log_rel):

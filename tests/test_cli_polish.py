@@ -144,6 +144,29 @@ def test_a_spec_precondition_is_a_refusal_in_the_specs_words():
         impl_spec.expected(case, generate.inputs(case), None)
 
 
+def test_a_runtime_warning_inside_the_comparison_is_an_error(monkeypatch):
+    """An invalid value the spec did not expect (inf·0, 0/0) would leave a NaN in a bound; the comparison raises
+    it, and the case is a finding against the spec or difftest, in a campaign as under the test suite's -W error."""
+    import warnings
+
+    import numpy as np
+
+    from difftest.checking import check, compare, interface
+    from difftest.model.case import Case, RoutingConfig
+
+    routing = compare.COMPARE["routing"]
+
+    def nan_in_a_bound(*args):
+        np.array([np.inf]) * np.array([0.0])
+        return routing(*args)
+
+    monkeypatch.setitem(compare.COMPARE, "routing", nan_in_a_bound)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # as a campaign process runs, without the suite's -W error
+        r = check.run_case(interface.load("torch"), Case("routing", RoutingConfig("renormalize", 2, 4, 2), "normal", 1))
+    assert r.status == "error" and r.message.startswith("comparison raised RuntimeWarning: invalid value"), r
+
+
 def test_a_numpy_error_inside_the_spec_is_an_error_not_a_skip(monkeypatch):
     """The reshape of an empty array that once made a skip reason: now a finding that names the comparison."""
     import numpy as np

@@ -1,6 +1,7 @@
 """One case against one implementation: skip with a reason, run, compare with the spec, time it."""
 
 import time
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -67,6 +68,14 @@ def poison_problem(impl, case, inputs, out):
     return None
 
 
+def compared(case, inputs, outputs, recipe, tag):
+    """compare.COMPARE's verdict on `outputs`, with numpy's RuntimeWarnings raised: an inf·0 or 0/0 the spec did not
+    expect would leave a NaN in a bound, and the case is then a finding against the spec or difftest."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        return compare.COMPARE[case.op](case, inputs, outputs, recipe, tag)
+
+
 def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
     """Result of `impl` on `case`; `repeat` runs a deterministic implementation twice and demands equal bits.
     `runner` (an IsolatedRunner of the same implementation) runs it in a worker process that may crash or
@@ -108,7 +117,7 @@ def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
     if problem:
         return Result("fail", np.inf, f"{problem} [{tag}]", seconds=t1 - t0)
     try:
-        v = compare.COMPARE[case.op](case, inputs, out, impl.recipe(case), tag)
+        v = compared(case, inputs, out, impl.recipe(case), tag)
     except CaseError as e:  # the spec refuses the case: outside the spec's domain
         return Result("skip", 0.0, str(e), seconds=t1 - t0)
     except Exception as e:  # the spec or difftest itself broke on this case: a finding too, named as such

@@ -47,7 +47,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from ..artifacts import fixtures
-from ..checking import check, compare, impl_spec, interface
+from ..checking import check, impl_spec, interface
 from ..model import generate, presets, strategies
 from ..model.case import CaseError
 from . import campaign
@@ -109,7 +109,7 @@ def verify(case, outputs, recipe, tag):
     inputs = generate.inputs(case)
     t0 = time.perf_counter()
     try:
-        v = compare.COMPARE[case.op](case, inputs, outputs, recipe, tag)
+        v = check.compared(case, inputs, outputs, recipe, tag)
     except CaseError as e:
         return check.Result("skip", 0.0, str(e)), None
     except Exception as e:
