@@ -83,7 +83,8 @@ def _float64(x):
     x = np.asarray(x)
     if x.dtype.kind == "c":
         raise ValueError(f"input dtype {x.dtype} is complex: formats hold real numbers")
-    return x.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a signaling float32 NaN becomes a quiet float64 NaN, as intended
+        return x.astype(np.float64)
 
 
 def _significand(x, fmt):
