@@ -167,6 +167,26 @@ def test_a_runtime_warning_inside_the_comparison_is_an_error(monkeypatch):
     assert r.status == "error" and r.message.startswith("comparison raised RuntimeWarning: invalid value"), r
 
 
+def test_a_signaling_nan_output_is_the_implementations_finding():
+    """An output holding a signaling NaN (garbage memory) fails as a NaN output, not as a comparison error."""
+    import numpy as np
+
+    from difftest.checking import check, interface
+    from difftest.model.case import Case, RoutingConfig
+
+    torch_impl = interface.load("torch")
+
+    def garbage(case, inputs):
+        out = torch_impl.run(case, inputs)
+        weights = np.array(out["weights"], np.float32)
+        weights.view(np.uint32)[0, 0] = 0x7F800001
+        return {**out, "weights": weights}
+
+    r = check.run_case(torch_impl._replace(run=garbage), Case("routing", RoutingConfig("renormalize", 2, 4, 2),
+                                                              "normal", 1))
+    assert r.status == "fail" and "comparison raised" not in r.message, r
+
+
 def test_a_numpy_error_inside_the_spec_is_an_error_not_a_skip(monkeypatch):
     """The reshape of an empty array that once made a skip reason: now a finding that names the comparison."""
     import numpy as np

@@ -70,10 +70,28 @@ def poison_problem(impl, case, inputs, out):
 
 def compared(case, inputs, outputs, recipe, tag):
     """compare.COMPARE's verdict on `outputs`, with numpy's RuntimeWarnings raised: an inf·0 or 0/0 the spec did not
-    expect would leave a NaN in a bound, and the case is then a finding against the spec or difftest."""
+    expect would leave a NaN in a bound, and the case is then a finding against the spec or difftest. Signaling NaNs
+    in the outputs are made quiet first (widening one raises "invalid value"): a NaN output is the implementation's
+    finding, not the comparison's."""
+    outputs = {k: _quiet_nans(v) for k, v in outputs.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         return compare.COMPARE[case.op](case, inputs, outputs, recipe, tag)
+
+
+_NAN_BITS = {np.dtype(np.float32): (np.uint32, 0x7F800000, 0x007FFFFF, 0x00400000),
+             np.dtype(np.float16): (np.uint16, 0x7C00, 0x03FF, 0x0200)}  # (bits, exponent, fraction, quiet bit)
+
+
+def _quiet_nans(a):
+    """a with its signaling NaNs (all-ones exponent, nonzero fraction, quiet bit clear) given the quiet bit."""
+    a = np.asarray(a)
+    if a.dtype not in _NAN_BITS:
+        return a
+    bits, exponent, fraction, quiet = _NAN_BITS[a.dtype]
+    b = a.view(bits)
+    signaling = ((b & exponent) == exponent) & ((b & fraction) != 0) & ((b & quiet) == 0)
+    return np.where(signaling, b | quiet, b).astype(bits).view(a.dtype) if signaling.any() else a
 
 
 def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
