@@ -345,11 +345,7 @@ def test_hard_bound_is_not_vacuous(path, recipe, H, I):
     x, logits, w13, w2 = (np.abs(a) for a in problem(21, T=128, H=H, I=I, E=4))
     x = round_to(x, "bf16").astype(np.float32)  # mono_moe's inputs are bf16 (its quantizer is then exact)
     kw = dict(routing=dict(method="renormalize", top_k=2), activation="swiglu", quant=path, recipe=recipe)
-    if recipe.gemm_acc == "hopper_fp8":
-        h_order, i_order, acc = reversed_blocks(H, 128), reversed_blocks(I, recipe.requant_group), None
-    else:
-        h_order, i_order = np.arange(H)[::-1], np.arange(I)[::-1]
-        acc = "fp32_truncating" if recipe.gemm_acc == "tensor_core" else "fp32"
+    h_order, i_order, acc = another_order(recipe, H, I)
     xp, w13p, w2p = permuted(x, (w13, w2), h_order, i_order, True)
     exact = moe_layer(x, logits, None, quantized_weights(w13, w2, path)[0], **kw)
     got = moe_layer(xp, logits, None, quantized_weights(w13p, w2p, path)[0], **kw, accumulate=acc)
@@ -403,6 +399,16 @@ def test_hopper_bound_against_exact_sums_is_not_of_the_order_of_out(recipe):
 def reversed_blocks(n, block):
     """range(n) with its blocks of `block` in reverse order, each block's own order kept."""
     return np.arange(n).reshape(-1, block)[::-1].ravel()
+
+
+def another_order(recipe, H, I):
+    """(H order, I order, accumulate) of an implementation of `recipe` that sums differently from the spec: reversed
+    K in fp32 (tensor_core: every addition rounded toward zero); hopper_fp8, whose block sums the spec reproduces,
+    whole blocks reversed."""
+    if recipe.gemm_acc == "hopper_fp8":
+        return reversed_blocks(H, 128), reversed_blocks(I, recipe.requant_group), None
+    acc = "fp32_truncating" if recipe.gemm_acc == "tensor_core" else "fp32"
+    return np.arange(H)[::-1], np.arange(I)[::-1], acc
 
 
 def test_bounds_refuse_the_ideal_and_other_recipes():

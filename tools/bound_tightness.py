@@ -36,11 +36,7 @@ def reordered(path, recipe, H, I, signed):
         x, logits, w13, w2 = (np.abs(a) for a in (x, logits, w13, w2))
     x = round_to(x, "bf16").astype(np.float32)
     kw = dict(routing=dict(method="renormalize", top_k=2), activation="swiglu", quant=path, recipe=recipe)
-    if recipe.gemm_acc == "hopper_fp8":
-        h_order, i_order, acc = tb.reversed_blocks(H, 128), tb.reversed_blocks(I, recipe.requant_group), None
-    else:
-        h_order, i_order = np.arange(H)[::-1], np.arange(I)[::-1]
-        acc = "fp32_truncating" if recipe.gemm_acc == "tensor_core" else "fp32"
+    h_order, i_order, acc = tb.another_order(recipe, H, I)
     xp, w13p, w2p = tb.permuted(x, (w13, w2), h_order, i_order, True)
     exact = moe_layer(x, logits, None, quantized_weights(w13, w2, path)[0], **kw)
     got = moe_layer(xp, logits, None, quantized_weights(w13p, w2p, path)[0], **kw, accumulate=acc)

@@ -382,11 +382,10 @@ def load(path):
     if inputs is not generated and generate.digest(generated) != spec_in["sha256"]:
         _fail(path, "the case does not regenerate its recorded inputs (seed or configuration edited, or generator "
                     "drift)")
-    if case.op == "moe" and isinstance(meta["weights"], dict):
+    if case.op == "moe":
+        if not isinstance(meta["weights"], dict) or meta["weights"].get("sha256") != weights_digest(case):
+            _fail(path, "regenerated expert weights do not match their recorded SHA-256 (generator drift)")
         _generator(path, meta["weights"], "weights")
-    if case.op == "moe" and (not isinstance(meta["weights"], dict)
-                             or meta["weights"].get("sha256") != weights_digest(case)):
-        _fail(path, "regenerated expert weights do not match their recorded SHA-256 (generator drift)")
     expected = _load_npz(path, "expected.npz", None) if spec_out.get("file") else None
     if expected is not None and generate.digest(expected) != spec_out["sha256"]:
         _fail(path, "expected.npz does not match its recorded SHA-256")

@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
 from spec.routing import METHODS
 
-from .case import SIZE_STEPS as BLOCK  # hidden and intermediate sizes scale in multiples of these
-from .case import CaseError, MoEConfig, QuantConfig, RoutingConfig
+from .case import SIZE_STEPS, CaseError, MoEConfig, QuantConfig, RoutingConfig
 from .strategies import num_tokens
 
 MODEL_HIDDEN = int(os.environ.get("DIFFTEST_MODEL_HIDDEN", "256"))
@@ -200,7 +199,7 @@ def _routing(draw, p, T):
 
 @st.composite
 def _moe(draw, p):
-    block = BLOCK[p.quant]
+    block = SIZE_STEPS[p.quant]
     H = _scaled(p.hidden_size, MODEL_HIDDEN, block)
     I = _scaled(p.intermediate_size, MODEL_INTERMEDIATE, block)
     return MoEConfig(
@@ -219,7 +218,7 @@ def _moe(draw, p):
 @st.composite
 def _quant(draw, p):
     scheme = QUANT_SCHEME[p.quant]
-    H = _scaled(p.hidden_size, MODEL_HIDDEN, BLOCK[p.quant])
+    H = _scaled(p.hidden_size, MODEL_HIDDEN, SIZE_STEPS[p.quant])
     return QuantConfig(
         scheme=scheme,
         num_tokens=draw(num_tokens(), label="num_tokens"),
@@ -297,7 +296,7 @@ def space(name, op):
     if op == "routing":
         return {**routing, "tile_tokens_dim": one(None)}
     if op == "moe":
-        block = BLOCK[p.quant]
+        block = SIZE_STEPS[p.quant]
         H, I = _scaled(p.hidden_size, MODEL_HIDDEN, block), _scaled(p.intermediate_size, MODEL_INTERMEDIATE, block)
         sizes = {"num_tokens": Constraint(None, 0, MODEL_MAX_TOKENS),
                  "hidden_size": one(*sorted({H, max(block, H - block)})), "intermediate_size": one(I)}
@@ -306,6 +305,6 @@ def space(name, op):
         return {**routing, **sizes, "activation": one(p.activation), "quant": one(p.quant),
                 "hidden_dtype": one("bf16"), "scale_fmt": one("fp32"), "expert_weights": one("prepared")}
     scheme = QUANT_SCHEME[p.quant]
-    return {"scheme": one(scheme), "hidden_size": one(_scaled(p.hidden_size, MODEL_HIDDEN, BLOCK[p.quant])),
+    return {"scheme": one(scheme), "hidden_size": one(_scaled(p.hidden_size, MODEL_HIDDEN, SIZE_STEPS[p.quant])),
             "input_dtype": one("bf16"), "variant": one("div"), "layout": one("row"),
             "scale_fmt": one("fp32", "ue8m0") if scheme == "fp8_group" else one("fp32")}

@@ -65,7 +65,7 @@ class Signature(NamedTuple):
     slice: str  # the value of the config field the op's campaign is split by (strategies.SLICES)
 
     def __str__(self):
-        return f"{self.op}, {self.impl}, {self.kind}, {self.field}"
+        return ", ".join(self)
 
 
 def field_of(kind, message, impl_name):

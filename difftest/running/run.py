@@ -304,7 +304,7 @@ def finding_lines(findings):
     knows of the other's: it is printed once, the second fixture on one line under it."""
     groups = {}  # this run's findings by signature, in order of first appearance; earlier ones each alone
     for i, f in enumerate(findings):
-        key = ("earlier", i) if f["earlier"] else tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?", "?"))
+        key = ("earlier", i) if f["earlier"] else _signature_key(f)
         groups.setdefault(key, []).append(f)
     lines = []
     for first, *again in groups.values():
@@ -314,12 +314,17 @@ def finding_lines(findings):
     return lines
 
 
+def _signature_key(f):
+    """A finding's signature as a tuple; one whose fixture could not be read is keyed by what is known of it."""
+    return tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?", "?"))
+
+
 def distinct_findings(findings, per_signature):
     """One entry per signature among the findings (two workers may record the same one): its first
     fixture and this run's failing cases with that signature."""
     out = {}
     for f in findings:
-        sig = tuple(f["signature"] or ("?", f["impl"], f["kind"] or "?", "?", "?"))
+        sig = _signature_key(f)
         if sig not in out:
             out[sig] = {"signature": list(sig), "fixture": f["fixture"], "cases": per_signature.get(sig, 0)}
     return list(out.values())
