@@ -76,7 +76,10 @@ def gamma(n, u):
 
 def accumulation(n, acc, fp8_operands, block=HOPPER_BLOCK):
     """(hard, prob) coefficients c with |fl(Σ_k a_k b_k) − Σ_k a_k b_k| ≤ c·Σ_k |a_k b_k|, any summation
-    order. fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). tensor_core:
+    order, n: the number of products that may be nonzero (nonzero_terms; at most K). Adding an exact zero is
+    exact in every model below (a zero product, a partial sum of zero products, a block of them times its scale),
+    so each product meets at most n − 1 inexact additions, whatever the order or blocking.
+    fp32: γ_{n+2}(2^-24) (n − 1 additions, one product and two scale multiplies per term). tensor_core:
     γ_{n+2}(2^-23), an addition that rounds toward zero errs by less than one ulp; its errors keep one sign, so
     prob = hard (no √n). hopper_fp8
     (FP8 operands only, else fp32): γ_b(2^-13) inside each K block of b = `block` (128; 64 for mono_moe's 1×64
@@ -99,10 +102,10 @@ def accumulation(n, acc, fp8_operands, block=HOPPER_BLOCK):
     return own + hard, own + min(prob, hard)  # λ√n > n for n < λ²: the hard bound is then the smaller
 
 
-def gemm(a, e, w_abs, acc, fp8_operands, block=HOPPER_BLOCK):
+def gemm(a, e, w_abs, acc, fp8_operands, block=HOPPER_BLOCK, terms=None):
     """C = a·Wᵀ, W exact (codes × scales): hard/prob δ·|W|ᵀ + c·(|a| + δ)·|W|ᵀ; ideal δ·|W|ᵀ + c64·|a|·|W|ᵀ.
-    a [M, K] the spec's operand, e its Err, w_abs |W| [N, K]."""
-    return gemm_shadow(shadow_operand(a, e) @ w_abs.T, a.shape[1], acc, fp8_operands, block)
+    a [M, K] the spec's operand, e its Err, w_abs |W| [N, K]; terms: gemm_shadow's."""
+    return gemm_shadow(shadow_operand(a, e) @ w_abs.T, a.shape[1], acc, fp8_operands, block, terms=terms)
 
 
 def shadow_operand(a, e):
@@ -111,8 +114,30 @@ def shadow_operand(a, e):
     return np.concatenate([np.abs(a), e.hard, e.prob, e.ideal])
 
 
-def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None, directed=None, hopper=None):
+def nonzero_terms(a_live, w_live):
+    """[M, N] upper bound on the products of output (m, n) of a·Wᵀ that may be nonzero: min(#a_m, #W_n), from
+    the counts a_live [M] of a row's entries that may be nonzero (|a| + δ > 0: an implementation's operand
+    may be nonzero where the spec's is 0) and w_live [N] of a weight row's nonzero entries."""
+    return np.minimum(np.asarray(a_live)[:, None], np.asarray(w_live)[None, :])
+
+
+def _coefficients(terms, n, acc, fp8_operands, block):
+    """accumulation's (hard, prob) per output for term counts `terms` [M, N] (None: n everywhere), computed once
+    per distinct count."""
+    if terms is None:
+        return accumulation(n, acc, fp8_operands, block)
+    counts, inverse = np.unique(np.minimum(terms, n), return_inverse=True)
+    table = np.array([accumulation(int(k), acc, fp8_operands, block) for k in counts])
+    return tuple(table[inverse.reshape(np.shape(terms)), j] for j in (0, 1))
+
+
+def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None, directed=None, hopper=None,
+                terms=None):
     """gemm's Err from products = shadow_operand(a, e)·|W|ᵀ [4M, N], n = K.
+
+    terms [M, N] (nonzero_terms; None: K everywhere): the products of each output that may be nonzero, the n
+    of accumulation's fp32 and tensor_core coefficients. hopper_fp8 on FP8 operands keeps K (its block model
+    is per K block of the codes).
 
     hopper [M, N] (a hopper_fp8 recipe on FP8 operands; None otherwise): the tensor core's truncation beyond the
     spec's, Σ_b scales·hopper_truncation — against emulated block sums, twice it in the blocks where a code may
@@ -128,15 +153,16 @@ def gemm_shadow(products, n, acc, fp8_operands, block=HOPPER_BLOCK, moved=None, 
     spec does, and only the fp32 promotion across blocks may differ: γ_{n/b+2}(2^-24). Where True (some code
     may differ), its block sums and the spec's each lie within γ_b(2^-13) of the exact ones: twice that. The
     recipe-exact value is then that far from the exact sum (ideal)."""
-    hard_c, prob_c = accumulation(n, acc, fp8_operands, block)
+    hopper_acc = acc == "hopper_fp8" and fp8_operands
+    hard_c, prob_c = _coefficients(None if hopper_acc else terms, n, acc, fp8_operands, block)
     own = gamma(n + 2, U64)
     mag, h, p, i = np.split(products, 4)
     hd = h if directed is None else np.minimum(directed, h)
-    if hopper is not None and acc == "hopper_fp8" and fp8_operands:
+    if hopper is not None and hopper_acc:
         outer = own + gamma(-(-n // block) + 2, U32)
         ideal = i + (hard_c if moved is not None else own) * mag
         return Err(hd + outer * (mag + h) + hopper, p + outer * (mag + p) + hopper, ideal)
-    if moved is None or not (acc == "hopper_fp8" and fp8_operands):
+    if moved is None or not hopper_acc:
         return Err(hd + hard_c * (mag + h), p + prob_c * (mag + p), i + own * mag)
     outer = own + gamma(-(-n // block) + 2, U32)
     twice_inner = np.where(moved, 2 * gamma(min(n, block), HOPPER_U), 0.0)

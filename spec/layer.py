@@ -226,7 +226,7 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK, reach=None):
     if ex and emulated:  # one more left operand: outputs whose block sums may see another code
         left = np.concatenate([left, (x.changed > 0).astype(np.float64)])
     given = wd.get(name + "_values")
-    y, products, prepared, directed, truncation = [], [], [], [], []
+    y, products, prepared, directed, truncation, w_live = [], [], [], [], [], []
     blocked = c.accumulate in BLOCKED and x.fp8 is not None and c.quant == "fp8_block"  # as _gemm decides
     if blocked:  # on the codes, one call per part (each output is its own sum): large calls amortize the setup
         for start, end, first in _parts(wd, name, c.quant, gated):
@@ -237,6 +237,9 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK, reach=None):
         if not blocked:
             y.append(_gemm(x, w, c.accumulate, block))
         products.append(ex and left @ (w.values if blocked else np.abs(w.values)).T)
+        if ex:  # weights prepared from given values: the implementation's own codes may be nonzero where those are
+            live = w.values != 0 if given is None else (w.values != 0) | (np.asarray(given)[rows] != 0)
+            w_live.append(np.count_nonzero(live, axis=1))
         if hopper:  # on the slab's codes (w.fp8), which magnitude decoding keeps signed
             truncation.append(_hopper_term(x, w, block, emulated))
         if ex and (given is not None or reach):  # both need the signed values, which blocked decoding skips
@@ -261,7 +264,10 @@ def _weight_gemm(x, ex, wd, name, c, gated=False, block=FP8_BLOCK, reach=None):
         products, moved = products[: 4 * len(x.values)], products[4 * len(x.values):] > 0
     fp8 = x.fp8 is not None and c.quant == "fp8_block"
     truncation = np.concatenate(truncation, axis=1) if hopper else None
-    e = bounds.gemm_shadow(products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved, directed, truncation)
+    a_live = np.count_nonzero(np.abs(x.values) + ex.hard != 0, axis=1)  # NaN counts
+    terms = bounds.nonzero_terms(a_live, np.concatenate(w_live))
+    e = bounds.gemm_shadow(products, x.values.shape[1], c.recipe.gemm_acc, fp8, block, moved, directed, truncation,
+                           terms)
     if prepared:
         e = e._replace(ideal=e.ideal + np.concatenate(prepared, axis=1))
     return np.concatenate(y, axis=1), e

@@ -169,7 +169,7 @@ def test_fuzz_reports_a_biased_cell(tmp_path, capsys):
     """`difftest fuzz` of the truncating accumulator: no case fails, the moe cell's bias test makes it a finding
     (exit 1), in summary.json's bias_findings."""
     sys.path.insert(0, "tests")
-    code = main(["fuzz", "--impl", "tests/planted_bugs.py:TRUNCATING_ACC", "--op", "moe", "--max-examples", "120",
+    code = main(["fuzz", "--impl", "tests/planted_bugs.py:TRUNCATING_ACC", "--op", "moe", "--max-examples", "200",
                  "--workers", "1", "--seed", "3", "--out", str(tmp_path / "run")])
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert code == 1 and not summary["findings"], summary["findings"]

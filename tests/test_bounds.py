@@ -52,6 +52,88 @@ def test_a_truncating_accumulator_needs_the_tensor_core_coefficient():
     assert fp32 * magnitude < abs(truncated - exact) <= tensor_core * magnitude and prob == tensor_core
 
 
+def test_accumulation_counts_the_nonzero_products_only():
+    """The truncating sum above with 4,000 exact zeros interleaved: the zeros change no partial sum, so the error
+    is the same n·2^-23 and the coefficients of the n nonzero products bound it (tensor_core) and are reached
+    (it exceeds fp32's). gemm_shadow with terms = n gives the same bound as K = n."""
+    n = 1000
+    t = np.float32(2.0**-23 * (1 - 2.0**-10))
+    terms = np.zeros(5 * n + 1, np.float32)
+    terms[0], terms[5::5] = 1.0, t
+    exact = float(np.sum(terms.astype(np.float64)))
+    truncated = float(layer._truncating_sum(terms[None, :])[0])
+    magnitude = float(np.sum(np.abs(terms.astype(np.float64))))
+    live = bounds.nonzero_terms([np.count_nonzero(terms)], [terms.size])
+    assert live.tolist() == [[n + 1]]
+    fp32, _ = bounds.accumulation(n + 1, "fp32", False)
+    tensor_core, _ = bounds.accumulation(n + 1, "tensor_core", False)
+    assert fp32 * magnitude < abs(truncated - exact) <= tensor_core * magnitude
+    products = np.array([[magnitude], [0.0], [0.0], [0.0]])
+    counted = bounds.gemm_shadow(products, terms.size, "tensor_core", False, terms=live)
+    assert counted.hard[0, 0] == bounds.gemm_shadow(products, n + 1, "tensor_core", False).hard[0, 0]
+    assert counted.hard[0, 0] < bounds.gemm_shadow(products, terms.size, "tensor_core", False).hard[0, 0] / 4
+
+
+def test_gemm_bound_of_sparse_rows_holds_under_truncation():
+    """a·Wᵀ with W of 64 nonzeros per row (K = 1024), non-negative operands, summed over K with every addition
+    rounded toward zero: the tensor_core hard bound from the nonzero count holds, and the error reaches 5 % of it
+    (measured 0.052; counting K instead, 16x the bound, it would be 0.3 %). Random terms lose about half an ulp
+    per addition, not the worst case's whole one: test_accumulation_counts_the_nonzero_products_only reaches the
+    bound with terms built for it."""
+    rng = np.random.default_rng(3)
+    a = round_to(np.abs(rng.standard_normal((16, 1024))), "bf16")
+    w = round_to(np.abs(sparse_rows(rng.standard_normal((1, 32, 1024)).astype(np.float32), 64, rng)[0]), "bf16")
+    products = (a[:, None, :] * w[None, :, :]).astype(np.float32)  # bf16 x bf16: exact in fp32
+    exact = np.einsum("mk,nk->mn", a, w)
+    got = layer._truncating_sum(products)
+    terms = bounds.nonzero_terms(np.count_nonzero(a, axis=1), np.count_nonzero(w, axis=1))
+    e = bounds.gemm(a, bounds.zero(a.shape), np.abs(w), "tensor_core", False, terms=terms)
+    ratio = np.abs(got - exact) / e.hard
+    assert terms.max() <= 64 and 0.02 <= ratio.max() <= 1, ratio.max()
+
+
+def sparse_rows(w, m, rng):
+    """w [E, N, K] with m entries kept per row (positions drawn with repeats), the rest exact zeros."""
+    keep = np.zeros(w.shape, bool)
+    np.put_along_axis(keep, rng.integers(0, w.shape[-1], (*w.shape[:-1], m)), True, axis=-1)
+    return np.where(keep, w * np.float32(math.sqrt(w.shape[-1] / m)), np.float32(0.0))
+
+
+SPARSE_CASES = [
+    ("bf16", PLAIN), ("bf16", recipes.TRTLLM_BF16), ("fp8_block", recipes.TORCH_EAGER_FP8_BLOCK),
+    ("fp8_block", recipes.MONO_MOE),
+]
+
+
+@pytest.mark.parametrize("path,recipe", SPARSE_CASES, ids=[f"{p}-{r.name}" for p, r in SPARSE_CASES])
+def test_bound_of_sparse_weights_holds_and_bites(path, recipe):
+    """Weights with 8 nonzeros per row (H = 1024, I = 512): the layer's hard bound counts the products that may
+    be nonzero, not K. It holds against the spec recomputed in reversed K order (fp32; tensor_core: rounding
+    toward zero; hopper_fp8: whole blocks reversed) on signed inputs, and is reached on non-negative ones (≥ 1 %,
+    outputs stored in fp32 as in test_hard_bound_is_not_vacuous). At this width the K-counted fp32 bound would be
+    ≥ 10x larger."""
+    H, I = 1024, 512
+    rng = np.random.default_rng(5)
+    x, logits, w13, w2 = problem(5, T=64, H=H, I=I, E=4)
+    w13, w2 = sparse_rows(w13, 8, rng), sparse_rows(w2, 8, rng)
+    kw = dict(routing=dict(method="renormalize", top_k=2), activation="swiglu", quant=path)
+    h_order, i_order, acc = another_order(recipe, H, I)
+    for nonneg in (False, True):
+        r = recipe.but(expert_out="fp32", out="fp32") if nonneg else recipe
+        xs, a13, a2 = (np.abs(a) for a in (x, w13, w2)) if nonneg else (x, w13, w2)
+        xp, w13p, w2p = permuted(xs, (a13, a2), h_order, i_order, True)
+        exact = moe_layer(xs, logits, None, quantized_weights(a13, a2, path)[0], **kw, recipe=r)
+        got = moe_layer(xp, logits, None, quantized_weights(w13p, w2p, path)[0], **kw, recipe=r, accumulate=acc)
+        hard, _ = bounds.bound_vs_recipe(exact, r)
+        assert np.isfinite(hard).all()
+        assert_within(f"out ({acc} vs exact)", got.out, exact.out, hard)
+        if nonneg:
+            assert np.max(np.abs(got.out - exact.out) / hard) >= 0.01
+            if recipe.gemm_acc != "hopper_fp8":
+                dense = bounds.accumulation(H, recipe.gemm_acc, path != "bf16")[0]
+                assert bounds.accumulation(8, recipe.gemm_acc, path != "bf16")[0] * 10 < dense
+
+
 @pytest.mark.parametrize("name", ["silu", "gelu", "gelu_tanh", "identity"])
 def test_lipschitz_constants_bound_the_derivative(name):
     x = np.linspace(-40, 40, 400001)

@@ -241,6 +241,50 @@ def test_fixed_weights_keep_their_sign_and_free_weights_reach_nonneg():
         find(strategies.cases("moe", weight_seed=5), lambda c: c.dist in strategies.WEIGHT_DISTS, settings=quick)
 
 
+@pytest.mark.parametrize("quant,given", [("bf16", "prepared"), ("fp8_block", "prepared"), ("mxfp8", "prepared"),
+                                         ("nvfp4", "prepared"), ("fp8_block", "bf16"), ("nvfp4", "fp32")])
+def test_sparse_weights_keep_a_few_entries_per_row(quant, given):
+    """Under the moe distribution "sparse" every row of w13 and w2 has at most SPARSE_ROW_TERMS nonzero weights
+    (codes without their sign bit, scales being positive), at least one, and those are the signed weights' own
+    codes (unquantized values: N(0, 1/16) in place of N(0, 1/fan_in)); the hidden states stay dense."""
+    from spec.quant import unpack_nibbles
+
+    config = MoEConfig(RoutingConfig("renormalize", 4, 4, 2), 512, 256, quant=quant, expert_weights=given)
+    sparse, signed = (Case("moe", config, dist, 9) for dist in ("sparse", "normal"))
+    assert np.count_nonzero(generate.inputs(sparse)["hidden"]) > 0.99 * 4 * 512
+    for e in range(2):
+        wd, dense = generate.weights(sparse).expert(e), generate.weights(signed).expert(e)
+        assert generate.weights(sparse).expert(e) is wd  # cached
+        for name in ("w13", "w2"):
+            values, full = np.asarray(wd[name]), np.asarray(dense[name])
+            if quant == "nvfp4" and given == "prepared":
+                values, full = unpack_nibbles(values), unpack_nibbles(full)
+            if given == "prepared" and quant != "bf16":
+                kept = values & (0x7 if quant == "nvfp4" else 0x7F) != 0
+                assert np.array_equal(values[kept], full[kept])
+            else:
+                kept = values != 0
+                ratio = values[kept] / full[kept]
+                assert np.allclose(ratio, ratio[0], rtol=2**-7) and ratio[0] > 1
+            live = np.count_nonzero(kept, axis=1)
+            assert 1 <= live.min() and live.max() <= generate.SPARSE_ROW_TERMS
+
+
+@given(case=strategies.cases("moe", configs=strategies.moe_configs(quant="bf16")))
+def test_nonneg_makes_every_factor_of_the_layer_non_negative(case):
+    """Under "nonneg" the hidden states, the expert weights and the router weights of every method are >= 0 (the
+    "topk" method weighs by the logits themselves), so a one-way error moves every output toward zero: a negative
+    router weight on the input sent silu into its decreasing range and moved tokens the other way."""
+    from spec import routing
+
+    case = replace(case, dist="nonneg")
+    inputs = generate.inputs(case)
+    r = routing.route(inputs["logits"], inputs.get("bias"), **case.config.routing.route_kwargs(), ideal=True)
+    assert (inputs["hidden"] >= 0).all() and (np.nan_to_num(r.weights) >= 0).all(), r.weights
+    wd = generate.weights(case).expert(0)
+    assert (wd["w13"] >= 0).all() and (wd["w2"] >= 0).all()
+
+
 def test_only_presets_with_fixed_weights_have_a_weight_seed(monkeypatch):
     from difftest.model import presets
 
@@ -314,12 +358,12 @@ def test_mono_moe_adapter_prepares_fixed_weights_once(monkeypatch):
                          + [("fp8_block", "bf16"), ("nvfp4", "fp32")])
 def test_nonneg_gives_every_operand_its_magnitude(quant, given):
     """moe dist nonneg: hidden states and every expert weight are the magnitudes of the signed ones (float values
-    |·|, fp8 codes without bit 7, packed e2m1 without bits 3 and 7), scales and logits unchanged."""
+    |·|, fp8 codes without bit 7, packed e2m1 without bits 3 and 7), and so are the logits; scales unchanged."""
     config = MoEConfig(RoutingConfig("renormalize", 4, 8, 2), 64, 64, quant=quant, expert_weights=given)
     signed, nonneg = Case("moe", config, "normal", 3), Case("moe", config, "nonneg", 3)
     x, y = generate.inputs(signed), generate.inputs(nonneg)
     assert (x["hidden"] < 0).any() and np.array_equal(np.abs(x["hidden"]), y["hidden"])
-    assert np.array_equal(x["logits"], y["logits"])
+    assert (x["logits"] < 0).any() and np.array_equal(np.abs(x["logits"]), y["logits"])
     mask = {"bf16": None, "fp8_block": 0x7F, "mxfp8": 0x7F, "nvfp4": 0x77}[quant if given == "prepared" else "bf16"]
     for e in (0, 7):
         a, b = generate.weights(signed).expert(e), generate.weights(nonneg).expert(e)

@@ -7,7 +7,8 @@ the last bit between CPUs, so normals are Irwin–Hall sums of four uniforms (me
 Narrow formats travel as float32 arrays of representable values (bf16 by our own RNE on the bit pattern),
 fp8/fp4/e8m0 as uint8 codes. Expert weights are generated per expert on demand from (weight seed, expert id),
 where the weight seed is the case's ``weight_seed`` if set (a campaign keeping its weights fixed), else its seed;
-under the moe distribution ``nonneg`` they are those weights' magnitudes (and the hidden states |z|).
+under the moe distribution ``nonneg`` they are those weights' magnitudes (and the hidden states |z|), under
+``sparse`` every row of w13 and w2 keeps SPARSE_ROW_TERMS of its entries and the rest are exact zeros.
 """
 
 import functools
@@ -37,9 +38,19 @@ ROUTING_DISTS = (
 )
 QUANT_DISTS = ("normal", "large", "tiny", "zero_group", "tiny_groups", "pow2_edge", "nonfinite")
 DEV_DISTS = ("normal", "large", "tiny", "zero_block", "non_local")
-# nonneg (moe only): hidden states and every expert weight non-negative, so no sum of the layer cancels: an
-# accumulator or store that errs one way moves every output it changes the same way (the bias test's best case).
-MOE_DISTS = (*ROUTING_DISTS, "nonneg")
+# nonneg (moe only): hidden states, every expert weight and the logits non-negative (so are the router weights of
+# every method, "topk" taking the logits themselves), so no sum of the layer cancels and every activation sees
+# arguments where it increases: an accumulator or store that errs one way moves every output it changes toward
+# zero (the bias test's best case). With a negative router weight on the input, silu(h) for h < -1.28 grows as h
+# moves toward zero, and such tokens moved away from zero, cancelling the others in the cell's sum.
+# sparse (moe only): each row of w13 and w2 has at most SPARSE_ROW_TERMS nonzero weights at random positions, the
+# rest exact zeros; hidden states and logits as "normal". Every GEMM output then sums at most that many nonzero
+# products at any width, so the hard bound (which counts only products that may be nonzero) stays as tight as a
+# small layer's while the kernel runs the full-width tiles: a per-element bug (a narrower store, a wrong rounding)
+# shows in the outputs at H = 7168 as it does at H = 64.
+MOE_DISTS = (*ROUTING_DISTS, "nonneg", "sparse")
+WEIGHT_FORMS = {"nonneg": "nonneg", "sparse": "sparse"}  # moe distribution -> GeneratedWeights.form ("signed" else)
+SPARSE_ROW_TERMS = 16
 DISTS = {"routing": ROUTING_DISTS, "moe": MOE_DISTS, "quant": QUANT_DISTS, "trtllm_ops": DEV_DISTS}
 # The names a fixture records for the generator of its inputs and of its expert weights (case.json "inputs" /
 # "weights" "generator"): names of what inputs() and expert_weights() compute, not import paths, so moving this module
@@ -114,8 +125,10 @@ def digest(arrays):
 def logits(seed, dist, T, E, n_group=1):
     """float64 [T, E] logits of a named distribution (rounded by the caller)."""
     z = normal(seed, "logits", (T, E))
-    if dist in ("normal", "negative_bias", "nonneg"):
+    if dist in ("normal", "negative_bias", "sparse"):
         return z
+    if dist == "nonneg":  # the "topk" method's weights are the logits: non-negative, like every factor of the layer
+        return np.abs(z)
     if dist == "large":  # sigmoid/softmax saturate: fp32 keys tie at 1.0 and 0.0
         return z * 2.0**12
     if dist == "tiny":
@@ -197,29 +210,40 @@ def _fp8_codes(seed, name, shape, e):
     return (sign | exp | mant).astype(np.uint8).reshape(shape)
 
 
-def _bf16_weight(seed, name, shape, e, fan_in):
-    return _unquantized_weight(seed, name, shape, e, fan_in, "bf16")
-
-
 @functools.lru_cache(maxsize=512)  # the spec (recipe and ideal) and the implementation read the same experts
-def expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", nonneg=False):
+def expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", form="signed"):
     """The per-expert dict of spec/layer.py's table for expert e (w13 [N1, H], w2 [H, I]), read-only; `given`
-    bf16 / fp32 (MoEConfig.expert_weights): the unquantized values instead, {w13, w2} float32; `nonneg` (the
-    moe distribution "nonneg"): every weight's magnitude, its sign dropped."""
-    out = _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, nonneg)
+    bf16 / fp32 (MoEConfig.expert_weights): the unquantized values instead, {w13, w2} float32; `form` (from the
+    moe distribution, WEIGHT_FORMS): "nonneg" every weight's magnitude, its sign dropped; "sparse" at most
+    SPARSE_ROW_TERMS nonzero weights per row; "signed" neither."""
+    out = _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, form)
     for a in out.values():
         a.flags.writeable = False
     return out
 
 
-def _unquantized_weight(seed, name, shape, e, fan_in, dtype):
-    """Expert weights before any quantization: N(0, 1/fan_in) on the grid of `dtype` (bf16 or fp32)."""
-    return round_to_dtype(normal(seed, name, shape, e) / np.sqrt(float(fan_in)), dtype)
+def _unquantized_weight(seed, name, shape, e, fan_in, dtype, sparse=False):
+    """Expert weights before any quantization: N(0, 1/fan_in) on the grid of `dtype` (bf16 or fp32); sparse:
+    N(0, 1/SPARSE_ROW_TERMS) at the positions of _sparse_rows, zero elsewhere."""
+    if sparse:
+        fan_in = min(fan_in, SPARSE_ROW_TERMS)
+    w = round_to_dtype(normal(seed, name, shape, e) / np.sqrt(float(fan_in)), dtype)
+    return np.where(_sparse_rows(seed, name, shape, e), w, np.float32(0.0)) if sparse else w
 
 
-def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", nonneg=False):
-    out = _signed_expert_weights(seed, quant, e, N1, H, I, scale_fmt, given)
-    return {k: _magnitude(k, v, quant, given) for k, v in out.items()} if nonneg else out
+def _sparse_rows(seed, name, shape, e):
+    """bool [n, k]: SPARSE_ROW_TERMS positions drawn per row, uniformly with repeats (so at most that many)."""
+    n, k = shape
+    mask = np.zeros(shape, bool)
+    np.put_along_axis(mask, integers(seed, name + "_nonzero", (n, SPARSE_ROW_TERMS), k, e), True, axis=1)
+    return mask
+
+
+def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", form="signed"):
+    if form not in ("signed", "nonneg", "sparse"):
+        raise CaseError(f"unknown expert weight form {form!r}; known: signed, nonneg, sparse")
+    out = _signed_expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, form == "sparse")
+    return {k: _magnitude(k, v, quant, given) for k, v in out.items()} if form == "nonneg" else out
 
 
 def _magnitude(name, a, quant, given):
@@ -232,12 +256,11 @@ def _magnitude(name, a, quant, given):
     return a & np.uint8(0x77 if quant == "nvfp4" else 0x7F)
 
 
-def _signed_expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared"):
-    if given != "prepared":  # the bf16 path's prepared weights are these bf16 values
-        return {"w13": _unquantized_weight(seed, "w13", (N1, H), e, H, given),
-                "w2": _unquantized_weight(seed, "w2", (H, I), e, I, given)}
-    if quant == "bf16":
-        return {"w13": _bf16_weight(seed, "w13", (N1, H), e, H), "w2": _bf16_weight(seed, "w2", (H, I), e, I)}
+def _signed_expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", sparse=False):
+    if given != "prepared" or quant == "bf16":  # the bf16 path's prepared weights are its bf16 values
+        dtype = given if given != "prepared" else "bf16"
+        return {"w13": _unquantized_weight(seed, "w13", (N1, H), e, H, dtype, sparse),
+                "w2": _unquantized_weight(seed, "w2", (H, I), e, I, dtype, sparse)}
     out = {}
     for name, (n, k) in (("w13", (N1, H)), ("w2", (H, I))):
         if quant == "fp8_block":  # gated w13: each half has its own ceil(I/128) scale rows (docs/semantics.md §3)
@@ -261,6 +284,13 @@ def _signed_expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="pr
             out[name + "_global"] = np.array(2.0**-4 / np.sqrt(float(k)), np.float32)
         else:
             raise CaseError(f"unknown quant path {quant!r}")
+        if sparse:  # code 0 is +0 in e4m3fn and in e2m1
+            keep = _sparse_rows(seed, name, (n, k), e)
+            if quant == "nvfp4":  # two codes per byte, the low nibble first
+                keep = np.where(keep[:, 0::2], 0x0F, 0) | np.where(keep[:, 1::2], 0xF0, 0)
+            else:
+                keep = np.where(keep, 0xFF, 0)
+            out[name] = out[name] & keep.astype(np.uint8)
     return out
 
 
@@ -276,30 +306,30 @@ class GeneratedWeights(NamedTuple):
     I: int
     scale_fmt: str = "fp32"  # MoEConfig.scale_fmt
     given: str = "prepared"  # MoEConfig.expert_weights
-    nonneg: bool = False  # the case's distribution is "nonneg": every weight's magnitude
+    form: str = "signed"  # "nonneg" or "sparse" under those moe distributions (WEIGHT_FORMS)
 
     def expert(self, e):
         if not 0 <= e < self.num_experts:
             raise IndexError(f"expert {e} not in [0, {self.num_experts})")
         return expert_weights(self.seed, self.quant, e, self.N1, self.H, self.I, self.scale_fmt, self.given,
-                              self.nonneg)
+                              self.form)
 
     def stacked(self):
         """dict of read-only [E, ...] arrays (for implementations that take all experts at once): the same
         objects while the weights stay the same, see stacked_weights."""
         return stacked_weights(self.seed, self.quant, self.num_experts, self.N1, self.H, self.I, self.scale_fmt,
-                               self.given, self.nonneg)
+                               self.given, self.form)
 
 
 # One entry: the mono_moe adapter uploads its weights again unless it gets the very same arrays (checked with
 # `is`), and one set of all 256 mono-moe experts is 768 MiB and 15 s or more of generation on one core.
 @functools.lru_cache(maxsize=1)
-def stacked_weights(seed, quant, E, N1, H, I, scale_fmt="fp32", given="prepared", nonneg=False):
+def stacked_weights(seed, quant, E, N1, H, I, scale_fmt="fp32", given="prepared", form="signed"):
     """Every expert's arrays stacked [E, ...], read-only. Written in place from _expert_weights rather than
     np.stack over expert_weights: that would keep a second full copy in expert_weights' cache."""
     out = {}
     for e in range(E):
-        for k, a in _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, nonneg).items():
+        for k, a in _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, form).items():
             if k not in out:
                 out[k] = np.empty((E, *a.shape), a.dtype)
             out[k][e] = a
@@ -313,7 +343,7 @@ def weights(case):
     N1 = 2 * c.intermediate_size if c.gated else c.intermediate_size
     seed = case.seed if case.weight_seed is None else case.weight_seed
     return GeneratedWeights(seed, c.quant, c.routing.num_experts, N1, c.hidden_size, c.intermediate_size,
-                            c.scale_fmt, c.expert_weights, case.dist == "nonneg")
+                            c.scale_fmt, c.expert_weights, WEIGHT_FORMS.get(case.dist, "signed"))
 
 
 # ---- the case's inputs

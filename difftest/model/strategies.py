@@ -67,6 +67,8 @@ MOE_WIDE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_EXPERTS", "4"))
 # so an fp32 partial sum drops product bits, and an accumulator or store that errs one way crosses the bf16 rounding
 # points of the outputs (the bias test's prey: difftest/checking/bias.py). Their inputs are MODEL_WIDTH_DISTS only: the
 # routing distributions (ties, underflow, bias shapes) are exercised at every narrower width and would only add cost.
+# "sparse" keeps the per-case bound as tight as at small widths (a few nonzero products per output), so an unbiased
+# per-element bug, which dense weights of this width hide under the accumulation bound, still fails its case.
 MOE_MODEL_MIN_HIDDEN = int(os.environ.get("DIFFTEST_MOE_MODEL_MIN_HIDDEN", "512"))
 MOE_MODEL_HIDDEN = int(os.environ.get("DIFFTEST_MOE_MODEL_HIDDEN", "2048"))
 MOE_MODEL_MIN_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_MODEL_MIN_INTERMEDIATE", "256"))
@@ -74,7 +76,7 @@ MOE_MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_MODEL_INTERMEDIATE", "
 MOE_MODEL_ODDS = int(os.environ.get("DIFFTEST_MOE_MODEL_ODDS", "8"))
 MOE_MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MODEL_MAX_TOKENS", "16"))
 MOE_MODEL_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MODEL_MAX_EXPERTS", "4"))
-MODEL_WIDTH_DISTS = ("normal", "nonneg")
+MODEL_WIDTH_DISTS = ("normal", "nonneg", "sparse")
 MODEL_REGIME = MOE_MODEL_HIDDEN >= MOE_MODEL_MIN_HIDDEN > max(MOE_MAX_SIZE, MOE_WIDE_SIZE)  # else: not drawn
 TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)  # TMA row padding, warp/tile widths, routing kernel thresholds
 GROUP_SIZES = (16, 32, 64, 128, 256)  # fp8_group quantizer groups (spec.quant.GROUP_SIZES)
@@ -322,7 +324,7 @@ SLICES = {"routing": ("method", ROUTING_METHODS), "quant": ("scheme", QUANT_SCHE
 SPECIAL_DISTS = ("nonfinite",)  # NaN/Inf inputs are their own checks, drawn only on request
 # Distributions that change the expert weights (generate.weights): not drawn where a campaign fixes them (weight_seed:
 # presets with fixed weights, whose adapters prepare one set of weights once)
-WEIGHT_DISTS = ("nonneg",)
+WEIGHT_DISTS = ("nonneg", "sparse")
 
 
 def model_width(op, config):

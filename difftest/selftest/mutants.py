@@ -634,9 +634,11 @@ class Detection(NamedTuple):
     mutant: str
     hidden: int
     intermediate: int
+    dist: str  # the moe input distribution
     cases: int
     changed: int  # cases whose output the mutant changed (against the unpatched copy)
     caught: int  # changed cases that failed on their own (bound, exposed weights, per-case bias test)
+    flagged: int  # cases that failed, changed or not: on the identity, false alarms
     cell_cases: int | None  # cases after which the cell's bias test rejected (difftest/checking/bias.py), None: never
     seconds: float
 
@@ -653,7 +655,7 @@ def detection(name, hidden, cases=8, tokens=16, quant="bf16", dist="normal"):
     from ..model.case import MoEConfig, RoutingConfig
 
     impl, ref, monitor = build(name), build("identity"), bias.Monitor()
-    changed = caught = 0
+    changed = caught = flagged = 0
     cell_cases = None
     t0 = time.perf_counter()
     for seed in range(cases):
@@ -663,25 +665,33 @@ def detection(name, hidden, cases=8, tokens=16, quant="bf16", dist="normal"):
         differs = bool(np.any(impl.run(case, read_only(inputs))["out"] != ref.run(case, read_only(inputs))["out"]))
         result = run_case(impl, case, inputs)
         changed += differs
+        flagged += result.status in ("fail", "error")
         caught += differs and result.status in ("fail", "error")
         if monitor.add(campaign.case_row(impl.name, case, result)) and cell_cases is None:
             cell_cases = seed + 1
-    return Detection(name, hidden, WIDTHS[hidden], cases, changed, caught, cell_cases, time.perf_counter() - t0)
+    return Detection(name, hidden, WIDTHS[hidden], dist, cases, changed, caught, flagged, cell_cases,
+                     time.perf_counter() - t0)
 
 
 def detection_table(rows):
-    """Markdown: one line per mutant, one column per width: caught / changed cases, and the cell's bias test."""
+    """Markdown: one line per mutant and input distribution, one column per width: caught / changed cases, and the
+    cell's bias test (the identity: cases flagged, which must be none)."""
     widths = sorted({d.hidden for d in rows})
-    head = ["| mutant | " + " | ".join(f"H = {h} (I = {WIDTHS[h]})" for h in widths) + " |",
-            "|---|" + "---|" * len(widths)]
+    head = ["| mutant | inputs | " + " | ".join(f"H = {h} (I = {WIDTHS[h]})" for h in widths) + " |",
+            "|---|---|" + "---|" * len(widths)]
     lines = []
-    for name in dict.fromkeys(d.mutant for d in rows):
+    for name, dist in dict.fromkeys((d.mutant, d.dist) for d in rows):
         cells = []
         for h in widths:
-            d = next(x for x in rows if x.mutant == name and x.hidden == h)
-            cell = f"bias test after {d.cell_cases}" if d.cell_cases else "bias test: no"
-            cells.append(f"{d.caught}/{d.changed} of {d.cases}; {cell}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            d = next((x for x in rows if (x.mutant, x.dist, x.hidden) == (name, dist, h)), None)
+            if d is None:
+                cells.append("")
+            elif name == "identity":
+                cells.append(f"{d.flagged} flagged of {d.cases}")
+            else:
+                cell = f"bias test after {d.cell_cases}" if d.cell_cases else "bias test: no"
+                cells.append(f"{d.caught}/{d.changed} of {d.cases}; {cell}")
+        lines.append(f"| {name} | {dist} | " + " | ".join(cells) + " |")
     return "\n".join(head + lines)
 
 
