@@ -290,12 +290,21 @@ def flushed_input(x, e, min_normal=FP32.min_normal):
     return Err(e.hard + extra, e.prob + extra, e.ideal)
 
 
+def _times(x, y):
+    """x·y with 0·∞ = 0: a factor that is exactly 0 (no error, or a zero value) contributes nothing, however large
+    the other's bound (a router weight whose ideal error is unbounded, times an exact operand)."""
+    x, y = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(y, np.float64))
+    return np.multiply(x, y, out=np.zeros(x.shape), where=(x != 0) & (y != 0))
+
+
 def product(a, b, ea, eb, u=0.0):
     """a·b of two inexact operands (b may be a broadcast router weight): |a'b' − ab| ≤ δa·(|b| + δb) + |a|·δb,
     plus the float64 rounding of the spec's product; an implementation that rounds the product in a working
-    format (unit roundoff u) before the next stored rounding adds u·|ab|·(1 + ...) to hard and prob."""
+    format (unit roundoff u) before the next stored rounding adds u·|ab|·(1 + ...) to hard and prob. Each term
+    is 0 where one of its factors is (_times), so an unbounded δb on b meets an exact a = 0 without a NaN."""
     absa, absb = np.abs(a), np.abs(b)
-    rule = lambda da, db, w: da * (absb + db) + absa * db + U64 * absa * absb + w * (absa + da) * (absb + db)
+    rule = lambda da, db, w: (_times(da, absb + db) + _times(absa, db) + U64 * absa * absb
+                              + _times(w, _times(absa + da, absb + db)))
     return Err(rule(ea.hard, eb.hard, u), rule(ea.prob, eb.prob, u), rule(ea.ideal, eb.ideal, 0.0))
 
 

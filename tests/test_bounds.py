@@ -92,6 +92,29 @@ def test_gemm_bound_of_sparse_rows_holds_under_truncation():
     assert terms.max() <= 64 and 0.02 <= ratio.max() <= 1, ratio.max()
 
 
+def test_a_product_with_an_unbounded_factor_error_and_an_exact_zero_has_no_nan():
+    """bounds.product: where the router weight is 0 with an unbounded ideal error (every sigmoid underflowed) and
+    the expert output is exact, the ideal bound is |a|·∞ = ∞ where a ≠ 0 and 0 where a = 0, never 0·∞ = NaN,
+    and no RuntimeWarning. Found on the H200 (campaigns/h200/s7): the trtllm-gen no-GEMM layer's comparisons on
+    `underflow` inputs raised "invalid value encountered in multiply" (the rounding term 0·(|a| + δa)·(|b| + ∞))."""
+    from difftest.checking import impl_spec
+    from difftest.checking.check import compared
+    from difftest.model import generate
+    from difftest.model.case import Case, MoEConfig, RoutingConfig
+
+    a, b = np.array([[0.0, 1.5]]), np.array([[0.0]])
+    ea, eb = bounds.zero(a.shape), Err(np.zeros((1, 1)), np.zeros((1, 1)), np.full((1, 1), np.inf))
+    with np.errstate(all="raise"):
+        e = bounds.product(a, b, ea, eb)
+    assert e.ideal.tolist() == [[0.0, np.inf]] and e.hard.tolist() == [[0.0, 0.0]]
+    r = RoutingConfig("deepseek_v3", 1, 256, 8, n_group=8, topk_group=4, routed_scaling_factor=2.5, eps=1e-20,
+                      logits_dtype="fp32", bias_dtype="fp32")
+    case = Case("moe", MoEConfig(r, 128, 128, quant="fp8_block"), "underflow", 0)
+    recipe = recipes.NAMED["flashinfer_trtllm_gen_nogemm_fp8_block_grouped_as_built"]
+    inputs = generate.inputs(case)
+    assert compared(case, inputs, impl_spec.expected(case, inputs, recipe), recipe, "test").ok
+
+
 def sparse_rows(w, m, rng):
     """w [E, N, K] with m entries kept per row (positions drawn with repeats), the rest exact zeros."""
     keep = np.zeros(w.shape, bool)
