@@ -532,6 +532,8 @@ def _combine(total, total_abs, err, slots, rsf, R):
     """out = R_out(R_combine(Σ_j terms)·rsf): the sum in `combine` (fp32 moe_sum_reduce / finalize), rsf once
     after it, one write in `out`. err: the summed shadows of the terms."""
     err = err and bounds.summed(total_abs, err, slots + 1, R.combine)
+    if err and R.subnormals == "flush":  # the slots' weighted terms w·y and the slots − 1 additions
+        err = bounds.flushed_reduction(err, 2 * slots - 1, R.combine)
     c, err = _stored(total, err, R.combine, R)
     if rsf is not None:
         c, err = _stored(c * np.float64(rsf), err and bounds.product(c, np.float64(rsf), err, Err(0.0, 0.0, 0.0)),

@@ -115,6 +115,33 @@ def test_a_product_with_an_unbounded_factor_error_and_an_exact_zero_has_no_nan()
     assert compared(case, inputs, impl_spec.expected(case, inputs, recipe), recipe, "test").ok
 
 
+# Measured on the H200 (campaigns/h200/s7_underflow_probe.py): torch-CUDA on two `underflow` nvfp4 layers, whose
+# router weights are fp32 subnormals (25 and 160 ulps of 2^-149) times expert outputs near 10^6. (rsf, I, element,
+# tokens, the CUDA output there.)
+FLUSHED_COMBINES = [(2.5, 16, 4, (3, 2), 1.5703869843016497e-38), (16.0, 48, 6, (3, 0), 8.412131448071995e-38)]
+
+
+@pytest.mark.parametrize("rsf,I,tokens,at,cuda", FLUSHED_COMBINES)
+def test_a_flush_to_zero_combine_is_inside_the_flush_recipes_bound(rsf, I, tokens, at, cuda):
+    """The combine's terms w·y and partial sums there lie near the fp32 min normal, and CUDA flushed some (its
+    output differs from the IEEE sum by 3·10^-39 and 5.5·10^-39, 7-16 % of it). The flush recipe's bound covers
+    that (bounds.flushed_reduction: < N per product and per addition); the IEEE recipe's does not, so the term is
+    what covers it."""
+    from difftest.checking import impl_spec
+    from difftest.model import generate
+    from difftest.model.case import Case, MoEConfig, RoutingConfig
+
+    r = RoutingConfig("deepseek_v3", tokens, 8, 3, n_group=4, topk_group=2,
+                      routed_scaling_factor=rsf, renormalize=False, logits_dtype="bf16")
+    case = Case("moe", MoEConfig(r, 16, I, activation="silu", quant="nvfp4"), "underflow", 2**32 - 1)
+    inputs = generate.inputs(case)
+    for recipe, covered in ((recipes.TORCH_EAGER_CUDA[3], True), (recipes.TORCH_EAGER_NVFP4, False)):
+        res = impl_spec.layer(case, inputs, recipe)
+        hard, _ = bounds.bound_vs_recipe(res, recipe)
+        assert 0.8 < cuda / res.out[at] < 1.2  # the measured case
+        assert (abs(cuda - res.out[at]) <= hard[at]) == covered, (recipe.name, res.out[at], hard[at])
+
+
 def sparse_rows(w, m, rng):
     """w [E, N, K] with m entries kept per row (positions drawn with repeats), the rest exact zeros."""
     keep = np.zeros(w.shape, bool)

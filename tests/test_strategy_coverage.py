@@ -13,6 +13,7 @@ from difftest.artifacts.report import coverage
 from difftest.checking.impl_torch import TORCH
 from difftest.model import strategies
 from difftest.model.case import FIELD_DOMAINS, OPS, Case
+from difftest.model.generate import DISTS
 from difftest.running import campaign
 
 
@@ -62,7 +63,7 @@ def test_space_only_values_are_drawn_through_a_filter():
 
 def drawn(op):
     """{field: {value}} of the cases torch accepts among those the default profile draws in op's campaign cells."""
-    seen = {field: set() for field in strategies.REACHABLE[op]}
+    seen = {field: set() for field in (*strategies.REACHABLE[op], "dist", "model_width_dist")}
     for _, configs in campaign.slices(op):
         @settings(max_examples=settings.default.max_examples, derandomize=True, database=None, deadline=None,
                   suppress_health_check=list(HealthCheck))
@@ -70,8 +71,9 @@ def drawn(op):
         def draw(case):
             assert isinstance(case, Case)
             if TORCH.unsupported(case) is None:
-                for field, values in seen.items():
-                    values.add(_key(field_value(case.config, op, field)))
+                for field in strategies.REACHABLE[op]:
+                    seen[field].add(_key(field_value(case.config, op, field)))
+                seen["model_width_dist" if strategies.model_width(op, case.config) else "dist"].add(case.dist)
 
         draw()
     return seen
@@ -79,9 +81,14 @@ def drawn(op):
 
 @pytest.mark.parametrize("op", OPS)
 def test_every_reachable_value_is_drawn_in_the_default_profile(op):
+    """Every reachable value of every few-valued field, and every input distribution (NaN/Inf ones are drawn on
+    request only); for moe also each distribution of the layers of model width."""
     seen = drawn(op)
     missing = {field: [v for v in values if _key(v) not in seen[field]]
                for field, values in strategies.REACHABLE[op].items()}
+    missing["dist"] = [d for d in DISTS[op] if d not in strategies.SPECIAL_DISTS and d not in seen["dist"]]
+    if op == "moe" and strategies.MODEL_REGIME:  # the layers of model width draw their own few
+        missing["model_width_dist"] = [d for d in strategies.MODEL_WIDTH_DISTS if d not in seen["model_width_dist"]]
     missing = {f: v for f, v in missing.items() if v}
     assert not missing, (f"{op}: never drawn within {settings.default.max_examples} examples per slice "
                          f"(torch accepting the case): {missing}")
