@@ -22,8 +22,10 @@ exact value v' is below the format's min normal N (FTZ before rounding; FTZ afte
 v' ∈ [v − δ, v + δ] has |v'| < N iff |v| − δ < N; there the stored value may be 0, at distance |r| from the
 spec's r. So hard = max(interval rule, |r|·[|v| − δ < N]) and likewise prob: no widening wherever |v| − δ ≥ N,
 so the bound stays tight away from zero. A subnormal stored by the implementation and read back as 0 (DAZ) is
-the same 0, already covered. Inputs of the layer are not stores: flushed_input adds |x| for 0 < |x| < N. The
-spec's own values stay IEEE (gradual underflow); only the bounds widen.
+the same 0, already covered. Inputs of the layer are not stores: flushed_input adds |x| for 0 < |x| < N. A
+reduction computed in flushing arithmetic (the combine's weighted terms and partial sums) may lose a result below N
+at each operation: flushed_reduction adds N per operation. The spec's own values stay IEEE (gradual underflow);
+only the bounds widen.
 """
 
 import math
