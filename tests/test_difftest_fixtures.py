@@ -137,7 +137,7 @@ BAD = {
     ),
     "observed": (lambda p: _edit_json(p, lambda m: m.update(observed=[])), "observed must be an object"),
     "other generator": (lambda p: _edit_json(p, lambda m: m["inputs"].update(generator="mylab:inputs/7")),
-                        "inputs.generator 'mylab:inputs/7' is not 'difftest:inputs/1'"),
+                        "inputs.generator 'mylab:inputs/7' is not 'difftest:inputs/2'"),
 }
 
 
@@ -266,8 +266,10 @@ def test_a_non_finite_number_in_observed_is_refused(tmp_path):
         fixtures.load(path)
 
 
-def test_a_legacy_generator_label_still_loads(tmp_path):
-    """Fixtures written before the generators had names recorded a module path that no longer exists."""
+@pytest.mark.parametrize("label", ["difftest.generate.inputs", "difftest:inputs/1"])
+def test_a_legacy_generator_label_still_loads(tmp_path, label):
+    """Fixtures written before the generators had names recorded a module path that no longer exists; inputs/1
+    computed what inputs/2 computes except under the moe distribution nonneg."""
     path = record(tmp_path)
-    _edit_json(path, lambda m: m["inputs"].update(generator="difftest.generate.inputs"))
-    assert fixtures.load(path).meta["inputs"]["generator"] == "difftest.generate.inputs"
+    _edit_json(path, lambda m: m["inputs"].update(generator=label))
+    assert fixtures.load(path).meta["inputs"]["generator"] == label

@@ -27,6 +27,14 @@ PINNED = [
         Case("moe", MoEConfig(RoutingConfig("topk", 2, 4, 2), 32, 16), "normal", 5),
         "ea87bb93862dc87d6885751846a8f4b96e4e0ac03f4022ffde72b9a978848b4f",
     ),
+    (  # inputs/2: the logits' magnitudes too
+        Case("moe", MoEConfig(RoutingConfig("topk", 2, 4, 2), 32, 16), "nonneg", 5),
+        "730a2d9651c2f33e3d9352244be55f0aae745450cc8e928c296b3dbd91f51f73",
+    ),
+    (  # the hidden states and logits of "normal"; only the expert weights differ
+        Case("moe", MoEConfig(RoutingConfig("topk", 2, 4, 2), 32, 16), "sparse", 5),
+        "ea87bb93862dc87d6885751846a8f4b96e4e0ac03f4022ffde72b9a978848b4f",
+    ),
 ]
 
 
@@ -48,6 +56,9 @@ def test_expert_weights_digest_pinned_and_independent_of_expert_count():
     )
     assert generate.digest(w(64).expert(3)) == generate.digest(w(4).expert(3))
     assert generate.digest(w(4).expert(2)) != generate.digest(w(4).expert(3))
+    sparse = generate.weights(Case("moe", MoEConfig(RoutingConfig("topk", 2, 4, 2), 128, 128, quant="fp8_block"),
+                                   "sparse", 5))
+    assert generate.digest(sparse.expert(3)) == "b3f283d4dc2d44ea3e7da20f76ef847c9093e57d75d54288021401356f80eaa3"
 
 
 @given(strategies.cases())
