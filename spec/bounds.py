@@ -126,7 +126,7 @@ def nonzero_terms(a_live, w_live):
 def _coefficients(terms, n, acc, fp8_operands, block):
     """accumulation's (hard, prob) per output for term counts `terms` [M, N] (None: n everywhere), computed once
     per distinct count."""
-    if terms is None:
+    if terms is None or np.min(terms) >= n:  # dense: K everywhere
         return accumulation(n, acc, fp8_operands, block)
     counts, inverse = np.unique(np.minimum(terms, n), return_inverse=True)
     table = np.array([accumulation(int(k), acc, fp8_operands, block) for k in counts])
@@ -305,9 +305,9 @@ def flushed_reduction(e, operations, fmt):
 
 def _times(x, y):
     """x·y with 0·∞ = 0: a factor that is exactly 0 (no error, or a zero value) contributes nothing, however large
-    the other's bound (a router weight whose ideal error is unbounded, times an exact operand)."""
-    x, y = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(y, np.float64))
-    return np.multiply(x, y, out=np.zeros(x.shape), where=(x != 0) & (y != 0))
+    the other's bound (a router weight whose ideal error is unbounded, times an exact operand). Call it under
+    np.errstate(invalid="ignore"): the 0·∞ it computes before discarding would warn."""
+    return np.where((x == 0) | (y == 0), 0.0, x * y)
 
 
 def product(a, b, ea, eb, u=0.0):
@@ -317,8 +317,9 @@ def product(a, b, ea, eb, u=0.0):
     is 0 where one of its factors is (_times), so an unbounded δb on b meets an exact a = 0 without a NaN."""
     absa, absb = np.abs(a), np.abs(b)
     rule = lambda da, db, w: (_times(da, absb + db) + _times(absa, db) + U64 * absa * absb
-                              + _times(w, _times(absa + da, absb + db)))
-    return Err(rule(ea.hard, eb.hard, u), rule(ea.prob, eb.prob, u), rule(ea.ideal, eb.ideal, 0.0))
+                              + (_times(absa + da, absb + db) * w if w else 0.0))
+    with np.errstate(invalid="ignore"):
+        return Err(rule(ea.hard, eb.hard, u), rule(ea.prob, eb.prob, u), rule(ea.ideal, eb.ideal, 0.0))
 
 
 def nonlinear(name, x, fx, e):

@@ -164,7 +164,7 @@ def test_bound_of_sparse_weights_holds_and_bites(path, recipe):
     ≥ 10x larger."""
     H, I = 1024, 512
     rng = np.random.default_rng(5)
-    x, logits, w13, w2 = problem(5, T=64, H=H, I=I, E=4)
+    x, logits, w13, w2 = problem(5, T=32, H=H, I=I, E=4)
     w13, w2 = sparse_rows(w13, 8, rng), sparse_rows(w2, 8, rng)
     kw = dict(routing=dict(method="renormalize", top_k=2), activation="swiglu", quant=path)
     h_order, i_order, acc = another_order(recipe, H, I)
