@@ -49,7 +49,9 @@ DEV_DISTS = ("normal", "large", "tiny", "zero_block", "non_local")
 # small layer's while the kernel runs the full-width tiles: a per-element bug (a narrower store, a wrong rounding)
 # shows in the outputs at H = 7168 as it does at H = 64.
 MOE_DISTS = (*ROUTING_DISTS, "nonneg", "sparse")
-WEIGHT_FORMS = {"nonneg": "nonneg", "sparse": "sparse"}  # moe distribution -> GeneratedWeights.form ("signed" else)
+# The moe distributions that change the expert weights: GeneratedWeights.form is the distribution's name ("signed"
+# under every other distribution).
+WEIGHT_DISTS = ("nonneg", "sparse")
 SPARSE_ROW_TERMS = 16
 DISTS = {"routing": ROUTING_DISTS, "moe": MOE_DISTS, "quant": QUANT_DISTS, "trtllm_ops": DEV_DISTS}
 # The names a fixture records for the generator of its inputs and of its expert weights (case.json "inputs" /
@@ -216,7 +218,7 @@ def _fp8_codes(seed, name, shape, e):
 def expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", form="signed"):
     """The per-expert dict of spec/layer.py's table for expert e (w13 [N1, H], w2 [H, I]), read-only; `given`
     bf16 / fp32 (MoEConfig.expert_weights): the unquantized values instead, {w13, w2} float32; `form` (from the
-    moe distribution, WEIGHT_FORMS): "nonneg" every weight's magnitude, its sign dropped; "sparse" at most
+    moe distribution, WEIGHT_DISTS): "nonneg" every weight's magnitude, its sign dropped; "sparse" at most
     SPARSE_ROW_TERMS nonzero weights per row; "signed" neither."""
     out = _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, form)
     for a in out.values():
@@ -242,8 +244,8 @@ def _sparse_rows(seed, name, shape, e):
 
 
 def _expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", form="signed"):
-    if form not in ("signed", "nonneg", "sparse"):
-        raise CaseError(f"unknown expert weight form {form!r}; known: signed, nonneg, sparse")
+    if form not in ("signed", *WEIGHT_DISTS):
+        raise CaseError(f"unknown expert weight form {form!r}; known: signed, {', '.join(WEIGHT_DISTS)}")
     out = _signed_expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, form == "sparse")
     return {k: _magnitude(k, v, quant, given) for k, v in out.items()} if form == "nonneg" else out
 
@@ -308,7 +310,7 @@ class GeneratedWeights(NamedTuple):
     I: int
     scale_fmt: str = "fp32"  # MoEConfig.scale_fmt
     given: str = "prepared"  # MoEConfig.expert_weights
-    form: str = "signed"  # "nonneg" or "sparse" under those moe distributions (WEIGHT_FORMS)
+    form: str = "signed"  # "nonneg" or "sparse" under those moe distributions (WEIGHT_DISTS)
 
     def expert(self, e):
         if not 0 <= e < self.num_experts:
@@ -345,7 +347,7 @@ def weights(case):
     N1 = 2 * c.intermediate_size if c.gated else c.intermediate_size
     seed = case.seed if case.weight_seed is None else case.weight_seed
     return GeneratedWeights(seed, c.quant, c.routing.num_experts, N1, c.hidden_size, c.intermediate_size,
-                            c.scale_fmt, c.expert_weights, WEIGHT_FORMS.get(case.dist, "signed"))
+                            c.scale_fmt, c.expert_weights, case.dist if case.dist in WEIGHT_DISTS else "signed")
 
 
 # ---- the case's inputs

@@ -45,7 +45,7 @@ from .case import (
     QuantConfig,
     RoutingConfig,
 )
-from .generate import DISTS
+from .generate import DISTS, WEIGHT_DISTS
 
 MAX_TOKENS = int(os.environ.get("DIFFTEST_MAX_TOKENS", "40"))
 MAX_EXPERTS = int(os.environ.get("DIFFTEST_MAX_EXPERTS", "64"))
@@ -322,9 +322,8 @@ CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": 
 SLICES = {"routing": ("method", ROUTING_METHODS), "quant": ("scheme", QUANT_SCHEMES), "moe": ("quant", QUANT_PATHS),
           "trtllm_ops": ("kernel", DEV_KERNELS)}
 SPECIAL_DISTS = ("nonfinite",)  # NaN/Inf inputs are their own checks, drawn only on request
-# Distributions that change the expert weights (generate.weights): not drawn where a campaign fixes them (weight_seed:
-# presets with fixed weights, whose adapters prepare one set of weights once)
-WEIGHT_DISTS = ("nonneg", "sparse")
+# generate.WEIGHT_DISTS change the expert weights: not drawn where a campaign fixes them (weight_seed: presets with
+# fixed weights, whose adapters prepare one set of weights once)
 
 
 def model_width(op, config):
