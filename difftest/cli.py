@@ -8,17 +8,16 @@ import os
 import sys
 from pathlib import Path
 
-from .artifacts import fixtures
-from .artifacts.report import ReportError
-from .checking import interface
-from .model.case import OPS, CaseError
+from .model.case import OPS
 from .running import run
-from .usage import Parser, UsageError, finite, table
+from .usage import Parser, finite, table
 
 SUBPROGRAMS = {"mutants": "selftest.mutants"}  # commands with their own parser: module under difftest/, loaded on use
 
 
 def cmd_impls(args):
+    from .checking import interface
+
     rows = [(name, version, ",".join(ops), "available" if reason is None else f"unavailable: {reason}")
             for name, version, ops, reason in interface.listing()]
     for line in table(rows):
@@ -27,6 +26,8 @@ def cmd_impls(args):
 
 
 def cmd_show(args):
+    from .artifacts import fixtures
+
     fx = fixtures.load(args.fixture)
     m = fx.meta
     print(f"fixture {fx.id}  status {fx.status}")
@@ -95,11 +96,12 @@ def parser():
     f.add_argument("--where", action="append", metavar="FIELD=V|LO..HI|A,B,C",
                    help="draw only configurations with FIELD (method, quant, activation, logits_dtype, "
                         "num_experts or E, top_k, ...) in the value, range or set (repeatable; with --model too)")
-    budget = f.add_mutually_exclusive_group()
-    budget.add_argument(
-        "--max-examples", type=int, help="examples per (implementation, op) cell, no time limit"
-    )
-    budget.add_argument("--time-budget", type=float, help=f"seconds (default {run.DEFAULT_BUDGET_S})")
+    f.add_argument("--max-examples", type=int, metavar="N",
+                   help="examples per (implementation, op) cell, however long they take: no time limit "
+                        "unless --time-budget is given too, then the campaign stops at whichever comes first")
+    f.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help=f"seconds for the whole campaign (default {run.DEFAULT_BUDGET_S} without "
+                        "--max-examples; with it, no default: the examples alone decide)")
     f.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (workers and chunks derive theirs)")
     f.add_argument("--out", help="run directory (default runs/<timestamp>); format in difftest/artifacts/rundir.md")
@@ -153,6 +155,18 @@ COMMANDS = {
 }
 
 
+# The exceptions that mean bad input: one line on stderr, exit 2. Looked up among the modules a command has loaded
+# (an exception of a module that was never imported cannot have been raised), so that a usage error costs no import
+# of Hypothesis, torch or matplotlib. OSError: an unreadable input or an unwritable run directory, named by its message.
+BAD_INPUT = {"difftest.usage": "UsageError", "difftest.artifacts.fixtures": "FixtureError",
+             "difftest.checking.interface": "ImplError", "difftest.model.case": "CaseError",
+             "difftest.artifacts.report": "ReportError"}
+
+
+def bad_input_errors():
+    return (OSError, *(getattr(sys.modules[m], name) for m, name in BAD_INPUT.items() if m in sys.modules))
+
+
 def main(argv=None):
     p = parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -170,7 +184,8 @@ def main(argv=None):
             finite(args.timeout, "--timeout", 0, False)
             finite(args.first_timeout, "--first-timeout", 0, False)
         return COMMANDS[args.command](args)
-    except (UsageError, fixtures.FixtureError, interface.ImplError, CaseError, ReportError, OSError) as e:
-        # OSError: an unreadable input or an unwritable run directory, named by the message
+    except Exception as e:
+        if not isinstance(e, bad_input_errors()):
+            raise
         print(f"difftest: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2

@@ -71,13 +71,14 @@ def test_tables_align_on_the_longest_name():
 
 def test_an_unknown_model_fails_before_any_implementation_loads(monkeypatch, capsys):
     from difftest import cli
+    from difftest.checking import interface
     from difftest.running import run
 
     def no(*args):
         raise AssertionError("an implementation was loaded before the model was checked")
 
     monkeypatch.setattr(run, "_default_impls", no)
-    monkeypatch.setattr(cli.interface, "load", no)
+    monkeypatch.setattr(interface, "load", no)
     assert cli.main(["fuzz", "--model", "deepseek"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("difftest: error: unknown model 'deepseek'; known: deepseek-r1") and err.count("\n") == 1

@@ -3,6 +3,7 @@
 summarized (format: difftest/artifacts/rundir.md), and the summary lines."""
 
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -11,13 +12,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..artifacts import fixtures
-from ..checking import interface
 from ..model.case import OPS
 from ..usage import UsageError, finite, free_dir
-from .isolation import atomic_write_text
 
-DEFAULT_BUDGET_S = 120
+DEFAULT_BUDGET_S = 120  # without --max-examples; with it the examples alone decide (campaign_budget)
 SLICE_S = 8.0  # seconds per turn of one (implementation, op) cell in a timed campaign
 PROGRESS_EVERY_S = 10
 STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM: workers finish their case, then get SIGTERM, then SIGKILL
@@ -25,11 +23,14 @@ STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM: workers finish their case, then get
 # being shrunk is recorded as shrunk so far). Past the budget by OVERRUN_S they are stopped like on SIGTERM: a
 # case in flight, or Hypothesis' target optimiser spinning on cached examples without calling the test.
 OVERRUN_S = 5.0
+OVERRUN = f"budget exceeded by {OVERRUN_S:.0f} s"  # the stop reason then: the time budget's, not a signal's
 MAX_WORKERS = 256  # a typo like --workers 20000 must not fork-bomb the machine
 
 
 def _default_impls():
     """torch on CPU plus every available GPU implementation."""
+    from ..checking import interface
+
     refs = ["torch"]
     for name, _, _, reason in interface.listing():
         if reason is None and name not in ("spec", "torch"):
@@ -40,6 +41,7 @@ def _default_impls():
 def campaign_cells(impl_refs, ops, model, filters=None):
     """(impl, ref, op, configs) per implementation × op slice (campaign.slices), or per op around a model;
     inside --where and the implementation's ``space`` (difftest/model/where.py)."""
+    from ..checking import interface
     from ..model import presets, where
 
     found = []
@@ -91,7 +93,7 @@ def _worker(w, args, out, deadline, queue, stop):
                 for res in campaign.until_no_new_finding(lambda i, cell=cell: campaign.fuzz_cell(
                     *cell[:3], configs=cell[3], run_seed=args.seed * 64 + w + i * 1_000_003,  # i = 0: as before
                     hypothesis_settings=campaign.cli_settings(args.max_examples, db, cell[0].name, local_db),
-                    **common))
+                    deadline=None if math.isinf(deadline) else deadline, **common))
             )
         unsatisfiable, last = set(), time.monotonic()
         for (impl, _, op, configs), res in runs:
@@ -229,10 +231,18 @@ def summarize(out):
     }
 
 
-def fuzz(args):
-    """Check the arguments (a usage error before any implementation loads), then run the campaign."""
-    from . import campaign
+def campaign_budget(args):
+    """Seconds the campaign may run: --time-budget; else DEFAULT_BUDGET_S, unless --max-examples is given, which
+    then alone decides (inf: every cell runs its examples however long they take). With both, whichever ends
+    first ends the campaign."""
+    if args.time_budget is not None:
+        return args.time_budget
+    return DEFAULT_BUDGET_S if args.max_examples is None else math.inf
 
+
+def fuzz(args):
+    """Check the arguments (a usage error before any implementation loads, and the plain ones before Hypothesis
+    loads), then run the campaign."""
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
     if args.max_examples is not None and args.max_examples < 1:
@@ -241,6 +251,9 @@ def fuzz(args):
     finite(args.timeout, "--timeout", 0, False)
     finite(args.first_timeout, "--first-timeout", 0, False)
     free_dir(args.out, "--out")
+    from ..checking import interface
+    from . import campaign
+
     args.db = args.db or os.environ.get("DIFFTEST_DB") or None
     if args.db and campaign.is_redis(args.db):
         _redis_url(args.db)
@@ -289,6 +302,7 @@ def fuzz(args):
 def drawn_inside(args):
     """summary.json's record of what the campaign drew from (the report greys the rest): --where, each
     implementation's declared space, and whether the NaN/Inf distributions were on (--special)."""
+    from ..checking import interface
     from ..model import where
 
     spaces = {}
@@ -352,7 +366,7 @@ def _collect(procs, queue, stop, received, t0, budget, out):
                 break
         now = time.monotonic()
         if not stop.is_set() and now - t0 - budget > OVERRUN_S:
-            received.append(f"budget exceeded by {OVERRUN_S:.0f} s")
+            received.append(OVERRUN)
             stop.set()
         if stop.is_set() and stopped_at is None:
             stopped_at = now
@@ -365,7 +379,8 @@ def _collect(procs, queue, stop, received, t0, budget, out):
         if now - last >= PROGRESS_EVERY_S:
             last = now
             n = _count_lines(out.glob("cases-*.jsonl"))
-            progress = f"[{now - t0:6.0f}s/{budget:.0f}s] {n} cases, {len(procs)} workers"
+            limit = "no time limit" if math.isinf(budget) else f"{budget:.0f}s"
+            progress = f"[{now - t0:6.0f}s/{limit}] {n} cases, {len(procs)} workers"
             print(progress, file=sys.stderr, flush=True)
     for w, p in enumerate(procs):
         p.join()
@@ -377,6 +392,8 @@ def _collect(procs, queue, stop, received, t0, budget, out):
 def _findings(reported, out):
     """Findings reported by the workers (one per fixture), then every other fixture of the run directory
     (written by a killed worker, recovered from a write-ahead log, or by an earlier run): "earlier"."""
+    from ..artifacts import fixtures
+
     seen, findings = set(), []
     for f in reported:
         if f["fixture"] is None or f["fixture"] not in seen:
@@ -405,6 +422,8 @@ def _signature(path):
 
 
 def _kind(path):
+    from ..artifacts import fixtures
+
     try:
         meta = json.loads((Path(path) / "case.json").read_text())
         return meta.get("kind") or fixtures.kind_of(meta["observed"])
@@ -417,10 +436,11 @@ def run_campaign(args, out):
     workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
     from ..artifacts import merge, report
     from . import campaign
+    from .isolation import atomic_write_text
 
     for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
         print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)
-    budget = args.time_budget if args.time_budget is not None else DEFAULT_BUDGET_S
+    budget = campaign_budget(args)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # spawned workers inherit it: one pool per core, not one per worker
     t0 = time.monotonic()
@@ -496,7 +516,8 @@ def run_campaign(args, out):
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
     if not findings and not biased and not compared:  # a campaign that compared nothing is no clean run
-        limit = (f"stopped by {received[0]}" if received else f"--time-budget {budget:g} s"
-                 if args.max_examples is None else f"--max-examples {args.max_examples}")
+        signal_name = received[0] if received and received[0] != OVERRUN else None
+        limit = (f"stopped by {signal_name}" if signal_name else f"--max-examples {args.max_examples}"
+                 if math.isinf(budget) else f"--time-budget {budget:g} s")
         raise UsageError(nothing_compared(ran, skips, limit))
     return 1 if findings or biased else 0
