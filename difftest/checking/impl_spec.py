@@ -15,7 +15,7 @@ from spec import routing as spec_routing
 from spec.numerics import E4M3FN, FP32, decode, encode, round_to
 from spec.recipes import DEFAULT
 
-from ..model.case import CaseError, MoEConfig, RoutingConfig
+from ..model.case import CONTRACT, CaseError, MoEConfig, RoutingConfig
 from ..model.generate import weights as generated_weights
 from .interface import Impl
 
@@ -251,6 +251,7 @@ SPEC = Impl(
     unsupported=_unsupported,
     recipe=lambda case: DEFAULT,
     run=_run,
+    contract=CONTRACT,  # every field of the case model
 )
 
 

@@ -12,6 +12,7 @@ import impls.torch_eager as te
 from impls.torch_eager import trtllm_ops as te_ops
 from spec.recipes import Recipe
 
+from ..model.case import CONTRACT
 from ..model.generate import weights as generated_weights
 from .interface import Impl
 
@@ -211,6 +212,7 @@ def _impl(name, device, available, recipe=recipe):
         unsupported=unsupported,
         recipe=recipe,
         run=lambda case, inputs: RUN[case.op](case, inputs, device),
+        contract=CONTRACT,  # every field of the case model
     )
 
 

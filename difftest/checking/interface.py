@@ -11,6 +11,11 @@ An implementation is any object with these attributes (docs/interfaces.md):
     run(case, inputs) -> dict[str, np.ndarray]
         routing -> {"ids", "weights"}; quant -> {"q", "scales", "scale_buffer"}; moe -> {"out"} (+ "ids", + "weights")
     space: dict (optional)   # the configurations it covers: fuzz draws only these (difftest/model/where.py)
+    contract: int (optional, default 1)        # the plug-in contract it was written against (case.CONTRACT)
+    capabilities: tuple (optional, default ()) # later fields it handles anyway (case.CAPABILITIES)
+
+A field added to the case model after an implementation's contract is drawn at its neutral value for it, unless
+its capabilities name the field's capability (case.neutral_fields): a plug-in written today keeps working tomorrow.
 
 ``Impl`` below is the plain NamedTuple the built-ins use; plug-ins may use any object of that shape.
 Implementations are named by reference, so a fixture can name one it was found with:
@@ -26,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from ..model.case import OPS
+from ..model.case import CAPABILITIES, CONTRACT, OPS
 
 
 class ImplError(ValueError):
@@ -43,11 +48,25 @@ class Impl(NamedTuple):
     unsupported: Callable
     recipe: Callable
     run: Callable
+    contract: int = 1
+    capabilities: tuple = ()
 
 
 # An Impl that also declares the configurations it covers (``space``, difftest/model/where.py): Impl's fields, then
 # space.
-SpacedImpl = NamedTuple("SpacedImpl", [*Impl.__annotations__.items(), ("space", dict)])
+class SpacedImpl(NamedTuple):
+    name: str
+    version: str
+    ops: tuple
+    deterministic: bool
+    may_crash: bool
+    available: Callable
+    unsupported: Callable
+    recipe: Callable
+    run: Callable
+    space: dict
+    contract: int = 1
+    capabilities: tuple = ()
 
 
 # Built-ins by name -> "module:attribute"; resolved on first use so that listing never imports torch.
@@ -83,7 +102,18 @@ def check_protocol(obj, ref):
         raise ImplError(f"{ref} is not an implementation: missing {missing}")
     if not set(obj.ops) <= set(OPS):
         raise ImplError(f"{ref}: ops {tuple(obj.ops)} not within {OPS}")
+    contract, capabilities = contract_of(obj)
+    if not (isinstance(contract, int) and not isinstance(contract, bool) and 1 <= contract <= CONTRACT):
+        raise ImplError(f"{ref}: contract {contract!r} is not an integer in [1, {CONTRACT}] (difftest.plugin.CONTRACT)")
+    unknown = [c for c in capabilities if c not in CAPABILITIES]
+    if isinstance(capabilities, str) or unknown:
+        raise ImplError(f"{ref}: capabilities must be a tuple of {sorted(CAPABILITIES)}, got {capabilities!r}")
     return obj
+
+
+def contract_of(impl):
+    """(contract, capabilities) an implementation declares; 1 and () when it declares none."""
+    return getattr(impl, "contract", 1), tuple(getattr(impl, "capabilities", ()) or ())
 
 
 def _import_file(path):
@@ -132,7 +162,9 @@ def adapter_names():
 
 def from_adapter_module(module):
     """An Impl from an impls/flashinfer or impls/sglang module (NAME, OP, DETERMINISTIC, RECIPE, available(),
-    unsupported(config), run(config, inputs)): the adapters take the case's config, not the case. A module
+    unsupported(config), run(config, inputs)): the adapters take the case's config, not the case. The adapters are
+    kept with the case model, so they are of its contract (case.CONTRACT) unless one says otherwise (CONTRACT,
+    CAPABILITIES); what they do not take they decline. A module
     whose recipe depends on the configuration defines ``recipe_for(config)``, returning a recipe name (impls/ never
     imports spec/), instead of naming one RECIPE. A module with ``version()`` names its own package version
     (otherwise flashinfer-python's); one with SPACE gives a SpacedImpl (the configurations it covers)."""
@@ -151,6 +183,8 @@ def from_adapter_module(module):
         unsupported=lambda case: module.unsupported(case.config),
         recipe=recipe,
         run=lambda case, inputs: module.run(case.config, with_stacked_weights(case, inputs)),
+        contract=getattr(module, "CONTRACT", CONTRACT),
+        capabilities=tuple(getattr(module, "CAPABILITIES", ())),
     )
     space = getattr(module, "SPACE", None)
     return Impl(**fields) if space is None else SpacedImpl(**fields, space=space)

@@ -11,6 +11,7 @@ it only when set, so such cases serialize (and name their fixtures) exactly as b
 import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
+from typing import NamedTuple
 
 from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
 from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
@@ -30,10 +31,45 @@ DEV_KERNELS = ("permute", "activation", "activation_deepseek_fp8", "convertsf", 
                "finalize_deepseek_fp8")
 DEV_DTYPES = ("bf16", "fp16", "e4m3")
 SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")
-# Fields added after fixtures existed: written only when they differ from these defaults, so every older
-# case serializes (and digests, and names its fixture) exactly as before.
-ROUTING_LATE_DEFAULTS = {"tile_tokens_dim": None, "local_expert_offset": 0, "local_num_experts": None}
-MOE_LATE_DEFAULTS = {"scale_fmt": "fp32", "expert_weights": "prepared"}
+
+
+class Capability(NamedTuple):
+    """Fields added to the case model after contract 1, as one thing an implementation can do: the contract version
+    that added them, the op whose configuration holds them, and each field's neutral value (what every case meant
+    before the field existed)."""
+
+    contract: int
+    op: str
+    neutral: dict
+
+
+# The plug-in contract (docs/plugins.md) this case model implements. An implementation states the contract it was
+# written against (``contract``, default 1) and may list capabilities of later ones (``capabilities``); every field
+# of a capability it neither has by its contract nor lists is drawn at its neutral value, so a field added tomorrow
+# never reaches a plug-in written today. A new field goes in a new row here, with CONTRACT raised to its version.
+CONTRACT = 2
+CAPABILITIES = {
+    "permutation": Capability(2, "routing", {"tile_tokens_dim": None, "local_expert_offset": 0,
+                                             "local_num_experts": None}),  # the padded layout for grouped GEMMs
+    "ue8m0": Capability(2, "moe", {"scale_fmt": "fp32"}),  # power-of-two block scales on the fp8_block path
+    "weight_forms": Capability(2, "moe", {"expert_weights": "prepared"}),  # unquantized weights it prepares itself
+}
+
+
+def neutral_fields(op, contract=1, capabilities=()):
+    """{field: neutral value} of the fields an implementation of `contract` with `capabilities` does not know, in
+    `op`'s configuration (a moe configuration holds its routing's: their case constraints keep them neutral)."""
+    out = {}
+    for name, cap in CAPABILITIES.items():
+        if cap.op == op and cap.contract > contract and name not in capabilities:
+            out.update(cap.neutral)
+    return out
+
+
+# Fields added after fixtures existed (the capabilities' fields): written only when they differ from their neutral
+# values, so every older case serializes (and digests, and names its fixture) exactly as before.
+ROUTING_LATE_DEFAULTS = neutral_fields("routing")
+MOE_LATE_DEFAULTS = neutral_fields("moe")
 SCALE_FMTS = ("fp32", "ue8m0")  # quant op; moe fp8_block (UE8M0: power-of-two scales)
 MX_RULES = ("ocp", "ceil448")
 HIDDEN_DTYPES = ("bf16", "fp16")
@@ -48,6 +84,25 @@ EXPERT_WEIGHTS = ("prepared", "bf16", "fp32")
 
 class CaseError(ValueError):
     """A case or configuration that violates a constraint; the message names it."""
+
+
+class Decline(str):
+    """An ``unsupported(case)`` answer that says what it refuses: the reason (a str, so whatever reads a reason still
+    works) and, as keywords, the configuration values refused, each a value, a list of values or a "LO..HI" range:
+    ``Decline("deepseek_v3 routing only", method=c.method)``, ``Decline("at most 256 experts", num_experts="257..")``.
+    The campaign stops drawing them for that implementation (difftest/model/learn.py)."""
+
+    def __new__(cls, reason, **refused):
+        self = super().__new__(cls, reason)
+        self.refused = refused
+        return self
+
+    def __reduce__(self):  # pickled across worker processes with what it refuses
+        return (_decline, (str(self), self.refused))
+
+
+def _decline(reason, refused):
+    return Decline(reason, **refused)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from .case import (
     SCALE_LAYOUTS,
     CaseError,
     RoutingConfig,
+    neutral_fields,
 )
 
 ALIASES = {"E": "num_experts", "T": "num_tokens", "k": "top_k"}
@@ -167,6 +168,12 @@ def from_space(space, owner="the plug-in"):
             value = "none"
         out = merge(out, dict([parse(f"{field}={value}")]))
     return out
+
+
+def unknown_fields(op, contract=1, capabilities=()):
+    """{field: Constraint} holding the fields of `op` that an implementation of `contract` with `capabilities` does
+    not know at their neutral values (case.neutral_fields): they are never drawn otherwise for it."""
+    return {field: Constraint((value,)) for field, value in neutral_fields(op, contract, capabilities).items()}
 
 
 def merge(*wheres):

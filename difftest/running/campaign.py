@@ -10,6 +10,7 @@ recorded at once and not shrunk (each attempt would cost the whole timeout).
 
 import hashlib
 import importlib.metadata
+import itertools
 import json
 import os
 import re
@@ -29,7 +30,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 from ..artifacts import fixtures
 from ..checking import interface
 from ..checking.check import run_case
-from ..model import strategies
+from ..model import learn, strategies
 from ..model.case import CaseError
 from .isolation import IsolatedRunner, pending, settle_pending
 
@@ -194,6 +195,8 @@ class CellResult(NamedTuple):
     signature: Signature | None = None  # of the finding
     known: Counter | None = None  # Signature -> failing examples matching an already known finding
     unsatisfiable: bool = False  # no configuration of the cell's strategy meets the case constraints (--where)
+    refused: bool = False  # the implementation refuses the cell's slice (learn.Refusals): nothing more to draw there
+    learned: bool = False  # ended early to draw around a refusal learned in it (in_examples restarts it)
 
     def skipped_all(self):
         """Why the cell compared nothing (the skip reasons with their counts); "" if it compared an example."""
@@ -449,6 +452,7 @@ def fuzz_cell(
     known=None,
     deadline=None,
     pause=None,
+    refusals=None,
 ):
     """Run Hypothesis over cases of `op` for `impl`. A failure is shrunk, written under fixtures_root (if
     given) and returned in CellResult.finding; record(row) sees every example (shrink steps included).
@@ -459,9 +463,11 @@ def fuzz_cell(
     on (neither targeted nor shrunk), and the signature of a new finding is added to it. Past ``deadline``
     (time.monotonic()) the next example ends the cell: with the smallest failure so far if there is one (a
     finding, shrunk as far as the time allowed), else with what was counted so far. Past ``pause`` (the end of a
-    turn of a timed campaign) the next example ends the cell unless a failure is in hand, which is shrunk on."""
+    turn of a timed campaign) the next example ends the cell unless a failure is in hand, which is shrunk on.
+    ``refusals`` (a learn.Refusals of this implementation and op) is what it was seen to decline: not drawn, and
+    taught by every decline of this cell; once the cell's own slice value is refused the cell ends (``refused``)."""
     state = {"examples": 0, "compared": 0, "skips": Counter(), "last_failure": None, "first_crash": None,
-             "known": Counter()}
+             "known": Counter(), "refused": False, "learned": False}
     known = set() if known is None else known
     own = runners is None
     runners = Runners(_worker_dir(fixtures_root)) if own else runners
@@ -489,8 +495,15 @@ def fuzz_cell(
         if result.status == "skip":
             state["skips"][result.message] += 1
             event(f"skip: {result.message.split(':')[0]}")
+            if refusals is not None and state["last_failure"] is None and refusals.declined(impl, case, result.message):
+                # learned something: end this Hypothesis run, the next one draws around it (or the slice is over)
+                state["refused"] = refusals.refuses(case.config, (strategies.SLICES[op][0],))
+                state["learned"] = True
+                raise _Deadline()
             return
         state["compared"] += 1
+        if refusals is not None:
+            refusals.accepted(case.config)
         sig = None if kind is None else signature(case.op, impl.name, kind, result.message, case.config)
         if sig in known:
             state["known"][sig] += 1
@@ -513,7 +526,13 @@ def fuzz_cell(
     # a part of its own.
     cell_key = database_key(impl, op, impl_ref, configs, weight_seed) + (
         ("|known " + ";".join(sorted(map(str, known)))).encode() if known else b"")
-    test = given(strategies.cases(op, configs, special=special, weight_seed=weight_seed))(check)
+    learned_db = None
+    if refusals is not None and hypothesis_settings is not None and hypothesis_settings.database is not None:
+        learned_db, learned_key = hypothesis_settings.database, learn.database_key(impl.name, impl_ref, op)
+        if not refusals.stored:
+            refusals.load(learned_db, learned_key)
+    drawn = configs if refusals is None or configs is None else refusals.avoiding(configs)
+    test = given(strategies.cases(op, drawn, special=special, weight_seed=weight_seed))(check)
     if run_seed is not None:  # before the settings: @seed alone sets database=None (Hypothesis 6.1xx)
         test = hypothesis_seed(run_seed)(test)
     if hypothesis_settings is not None or run_seed is None:
@@ -539,7 +558,24 @@ def fuzz_cell(
     finally:
         if own:
             runners.close()
-    return CellResult(state["examples"], None, None, state["compared"], state["skips"], None, state["known"])
+        if learned_db is not None:
+            refusals.save(learned_db, learned_key)
+    return CellResult(state["examples"], None, None, state["compared"], state["skips"], None, state["known"],
+                      refused=state["refused"], learned=state["learned"])
+
+
+def in_examples(run, max_examples):
+    """run(k, n) -> CellResult of at most n examples, run again (k = 1, 2, ...) while it ends early to draw around a
+    refusal learned in it, until max_examples examples in all; returns one CellResult summing the runs."""
+    total = None
+    for k in itertools.count():
+        res = run(k, max_examples - (total.examples if total else 0))
+        total = res if total is None else res._replace(
+            examples=total.examples + res.examples, compared=total.compared + res.compared,
+            skips=(total.skips or Counter()) + (res.skips or Counter()), known=(total.known or Counter()) + (
+                res.known or Counter()))
+        if not res.learned or res.refused or res.finding or total.examples >= max_examples:
+            return total
 
 
 def until_no_new_finding(run, limit=MAX_FINDINGS_PER_CELL):
@@ -608,8 +644,9 @@ def cli_settings(max_examples, db=None, namespace="pytest", local_db=None):
     )
 
 
-def jsonl_recorder(path):
-    """record(row) appending JSON lines to path (line-buffered: a killed worker loses at most one line)."""
+def jsonl_recorder(path, start=None):
+    """record(row) appending JSON lines to path (line-buffered: a killed worker loses at most one line); with
+    `start` (time.monotonic() of the campaign's start) each row gets "t", the seconds since then."""
     with open(path, "ab+") as b:
         torn = b.tell() > 0 and (b.seek(-1, os.SEEK_END), b.read(1))[1] != b"\n"
     f = open(path, "a", buffering=1)
@@ -617,6 +654,8 @@ def jsonl_recorder(path):
         f.write("\n")
 
     def record(row):
+        if start is not None:
+            row = {**row, "t": round(time.monotonic() - start, 3)}
         f.write(json.dumps(row, allow_nan=False) + "\n")
 
     record.close = f.close
@@ -636,8 +675,9 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
     three ops each gets a third of the time, less at most one turn). An (implementation, op)'s turns last its
     share of the budget over max(TURNS_PER_OP, its slices), at most slice_s and at least MIN_TURN_S seconds, so a
     short campaign still visits every slice: a turn ends at the first example past that mark, or later while a
-    failure found in it is shrunk. Each turn is its own Hypothesis run with its own seed.
-    Yields (cell, CellResult)."""
+    failure found in it is shrunk. Each turn is its own Hypothesis run with its own seed, drawing around what the
+    implementation was seen to refuse so far (``refusals``: a dict, refusals_of); a cell whose slice it refuses is
+    not visited again. Yields (cell, CellResult)."""
     stop = kwargs.get("stop")
     ops = list(dict.fromkeys(cell[2] for cell in cells))
     groups = Counter(cell[1:3] for cell in cells)  # (impl ref, op) -> slices
@@ -677,11 +717,20 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             known=kwargs.get("known"),
             deadline=deadline,
             pause=min(deadline, t0 + turn_s[impl_ref, op]),
+            refusals=refusals_of(kwargs.get("refusals"), impl_ref, op),
         )
         seconds = time.monotonic() - t0
         spent_op[op] += seconds
         spent_impl[ref, op] = spent_impl.get((ref, op), 0.0) + seconds
-        if res.unsatisfiable:
+        if res.unsatisfiable or res.refused:
             dead.add(j)
         yield cells[j], res
         i += 1
+
+
+def refusals_of(learned, impl_ref, op):
+    """The learn.Refusals of (implementation, op) in `learned` (a dict kept across cells and turns), made on first
+    use; None when `learned` is None (nothing is learned)."""
+    if learned is None:
+        return None
+    return learned.setdefault((impl_ref, op), learn.Refusals(op))

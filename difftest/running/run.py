@@ -53,7 +53,9 @@ def campaign_cells(impl_refs, ops, model, filters=None):
             base = presets.configs(model, op) if model else None
             if model and base is None:
                 continue
-            found += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base)]
+            unknown = where.unknown_fields(op, *interface.contract_of(impl))  # fields added after its contract
+            narrowed = where.merge(inside, {f: c for f, c in unknown.items() if f not in inside})
+            found += [(impl, ref, op, configs) for _, configs in where.slices(op, narrowed, base)]
     return found
 
 
@@ -63,7 +65,7 @@ def _interrupt(signum, frame):
     raise Interrupted()
 
 
-def _worker(w, args, out, deadline, queue, stop):
+def _worker(w, args, out, start, deadline, queue, stop):
     from hypothesis.errors import Unsatisfiable
 
     from ..model import presets
@@ -73,11 +75,12 @@ def _worker(w, args, out, deadline, queue, stop):
     # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
     signal.signal(signal.SIGTERM, _interrupt)
     found, record, op_seconds = [], None, Counter()
+    learned, cells = {}, []  # learned: (implementation ref, op) -> learn.Refusals, what it declines is not drawn again
     runners = campaign.Runners(out / "difftest-workers", args.timeout, args.first_timeout)
     try:
         cells = campaign_cells(args.impl, args.op, args.model, args.where)
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
-        record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl")
+        record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl", start)
         db, local_db = args.db or str(out / "db"), out / "db"
         campaign.warn_once_per(out / "difftest-workers" / "redis-warned")
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
@@ -85,15 +88,19 @@ def _worker(w, args, out, deadline, queue, stop):
                       known=set(args.known_signatures))  # grows with each finding: later ones must differ
         if args.max_examples is None:
             runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, local_db=local_db,
-                                        **common)
+                                        refusals=learned, **common)
         else:
             runs = (
                 (cell, res)
                 for cell in cells
-                for res in campaign.until_no_new_finding(lambda i, cell=cell: campaign.fuzz_cell(
-                    *cell[:3], configs=cell[3], run_seed=args.seed * 64 + w + i * 1_000_003,  # i = 0: as before
-                    hypothesis_settings=campaign.cli_settings(args.max_examples, db, cell[0].name, local_db),
-                    deadline=None if math.isinf(deadline) else deadline, **common))
+                for res in campaign.until_no_new_finding(lambda i, cell=cell: campaign.in_examples(
+                    lambda k, n: campaign.fuzz_cell(
+                        *cell[:3], configs=cell[3],
+                        run_seed=args.seed * 64 + w + i * 1_000_003 + k * 7_919,  # i = k = 0: as before
+                        hypothesis_settings=campaign.cli_settings(n, db, cell[0].name, local_db),
+                        deadline=None if math.isinf(deadline) else deadline,
+                        refusals=campaign.refusals_of(learned, cell[1], cell[2]), **common),
+                    args.max_examples))
             )
         unsatisfiable, last = set(), time.monotonic()
         for (impl, _, op, configs), res in runs:
@@ -103,21 +110,27 @@ def _worker(w, args, out, deadline, queue, stop):
                 unsatisfiable.add(id(configs))
             if res.finding:
                 found.append({"impl": impl.name, "op": op, "message": res.finding, "fixture": res.fixture,
-                              "signature": list(res.signature)})
+                              "signature": list(res.signature), "seconds": round(time.monotonic() - start, 1),
+                              "cases": _count_lines(out.glob("cases-*.jsonl"))})
+                print(f"difftest: FINDING after {found[-1]['seconds']:g} s and {found[-1]['cases']} cases "
+                      f"[{', '.join(res.signature)}] {res.finding.splitlines()[0]}", file=sys.stderr, flush=True)
         if cells and len(unsatisfiable) == len(cells):
             raise Unsatisfiable()
-        queue.put((w, found, None, dict(op_seconds)))
+        error = None
     except campaign.Interrupted:
-        queue.put((w, found, None, dict(op_seconds)))
+        error = None
     except Unsatisfiable:
-        queue.put((w, found, "no drawn configuration inside --where (and the implementation's space) meets "
-                             "the case constraints of difftest/model/case.py", dict(op_seconds)))
+        error = ("no drawn configuration inside --where (and the implementation's space) meets the case constraints "
+                 "of difftest/model/case.py")
     except Exception as e:  # reported by the parent as one line
-        queue.put((w, found, f"{type(e).__name__}: {e}", dict(op_seconds)))
+        error = f"{type(e).__name__}: {e}"
     finally:
         runners.close()
         if record is not None:
             record.close()
+    names = {ref: impl.name for impl, ref, _, _ in cells}
+    refused = {f"{names.get(ref, ref)} {op}": r.describe() for (ref, op), r in learned.items() if r}
+    queue.put((w, found, error, dict(op_seconds), refused))
 
 
 def _count_lines(paths):
@@ -140,15 +153,40 @@ def _row(line):
     return row if isinstance(row, dict) and {"op", "status", "message", "ratio", "case"} <= set(row) else None
 
 
+def _tokens(row):
+    config = row["case"]["config"]
+    return config.get("num_tokens", config.get("routing", {}).get("num_tokens", 1))
+
+
 def this_run(out):
-    """(cases, compared, Counter of skip reasons) of the rows in the workers' cases-*.jsonl, before the merge:
-    this run's alone, whatever earlier runs left in cases.jsonl.gz."""
-    cases, skips = 0, Counter()
+    """(cases, compared, Counter of skip reasons, compared cases with tokens) of the rows in the workers'
+    cases-*.jsonl, before the merge: this run's alone, whatever earlier runs left in cases.jsonl.gz."""
+    cases, skips, with_tokens = 0, Counter(), 0
     for p in out.glob("cases-*.jsonl"):
         for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
             cases += 1
             skips.update([row["message"]] if row["status"] == "skip" else [])
-    return cases, cases - sum(skips.values()), skips
+            with_tokens += row["status"] != "skip" and _tokens(row) > 0
+    return cases, cases - sum(skips.values()), skips, with_tokens
+
+
+def cell_shares(out):
+    """{"implementation op": {"drawn", "compared", "share", "empty", "declined": [[reason, n], ...3]}} over this
+    run's rows: how much of what was drawn for each implementation and op was compared, how much of that had no
+    tokens (T = 0), and why the rest was not."""
+    cells = {}
+    for p in sorted(out.glob("cases-*.jsonl")):
+        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+            c = cells.setdefault(f"{row.get('impl', '?')} {row['op']}", {"drawn": 0, "compared": 0, "empty": 0,
+                                                                         "declined": Counter()})
+            c["drawn"] += 1
+            if row["status"] == "skip":
+                c["declined"][row["message"]] += 1
+            else:
+                c["compared"] += 1
+                c["empty"] += _tokens(row) == 0
+    return {cell: {**c, "share": round(c["compared"] / c["drawn"], 4), "declined": c["declined"].most_common(3)}
+            for cell, c in sorted(cells.items())}
 
 
 def failures_by_signature(out):
@@ -313,6 +351,18 @@ def drawn_inside(args):
     return {"where": where.to_json(args.where), "spaces": spaces, "special": bool(args.special)}
 
 
+def share_lines(shares, refused):
+    """The summary's lines on what was compared of what was drawn, per implementation and op, with the top reasons
+    for the rest and what the campaign learned the implementation declines (difftest/model/learn.py)."""
+    lines = []
+    for cell, c in shares.items():
+        why = "; ".join(f"{reason} ({n})" for reason, n in c["declined"])
+        lines.append(f"compared {c['compared']} of {c['drawn']} drawn ({100 * c['share']:.1f} %) for {cell}"
+                     + (f", {c['empty']} with no tokens" if c["empty"] else "") + (f"; declined: {why}" if why else ""))
+        lines += [f"  learned: {cell.split()[0]} declines {r}" for r in refused.get(cell, [])]
+    return lines
+
+
 def finding_lines(findings):
     """The FINDING lines of the summary. Two workers may record the same finding (signature) before either
     knows of the other's: it is printed once, the second fixture on one line under it."""
@@ -340,7 +390,8 @@ def distinct_findings(findings, per_signature):
     for f in findings:
         sig = _signature_key(f)
         if sig not in out:
-            out[sig] = {"signature": list(sig), "fixture": f["fixture"], "cases": per_signature.get(sig, 0)}
+            out[sig] = {"signature": list(sig), "fixture": f["fixture"], "cases": per_signature.get(sig, 0),
+                        "first_seconds": f.get("seconds"), "first_after_cases": f.get("cases")}
     return list(out.values())
 
 
@@ -359,8 +410,8 @@ def _collect(procs, queue, stop, received, t0, budget, out):
     results, last, stopped_at, escalated = {}, time.monotonic(), None, 0
     while len(results) < len(procs):
         try:
-            w, found, error, op_seconds = queue.get(timeout=1.0)
-            results[w] = (found, error, op_seconds)
+            w, *result = queue.get(timeout=1.0)
+            results[w] = tuple(result)  # (findings, error, op_seconds, refused)
         except Exception:  # queue.Empty (or a signal): print progress, escalate a stop, keep waiting
             if not any(p.is_alive() for p in procs) and queue.empty():
                 break
@@ -385,7 +436,7 @@ def _collect(procs, queue, stop, received, t0, budget, out):
     for w, p in enumerate(procs):
         p.join()
         if w not in results:  # died without a word (the OOM killer, our SIGKILL)
-            results[w] = ([], None if stop.is_set() else f"worker {w} exited with code {p.exitcode}", {})
+            results[w] = ([], None if stop.is_set() else f"worker {w} exited with code {p.exitcode}", {}, {})
     return results
 
 
@@ -446,7 +497,7 @@ def run_campaign(args, out):
     t0 = time.monotonic()
     ctx = multiprocessing.get_context("spawn")
     queue, stop, received = ctx.Queue(), ctx.Event(), []
-    procs = [ctx.Process(target=_worker, args=(w, args, out, t0 + budget, queue, stop))
+    procs = [ctx.Process(target=_worker, args=(w, args, out, t0, t0 + budget, queue, stop))
              for w in range(args.workers)]
 
     def on_signal(signum, frame):
@@ -464,10 +515,15 @@ def run_campaign(args, out):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    errors = [e for _, e, _ in results.values() if e]
-    findings = _findings([f for fs, _, _ in results.values() for f in fs], out)
-    op_seconds = sum((Counter(secs) for _, _, secs in results.values()), Counter())
-    ran, compared, skips = this_run(out)
+    errors = [e for _, e, _, _ in results.values() if e]
+    findings = _findings([f for fs, _, _, _ in results.values() for f in fs], out)
+    op_seconds = sum((Counter(secs) for _, _, secs, _ in results.values()), Counter())
+    refused = {}  # "implementation op" -> what it was learned to decline, merged over the workers
+    for _, _, _, learned in results.values():
+        for cell, lines in learned.items():
+            refused[cell] = sorted(set(refused.get(cell, [])) | set(lines))
+    ran, compared, skips, with_tokens = this_run(out)
+    shares = cell_shares(out)
     per_signature = failures_by_signature(out)
     biased, evidence = bias_cells(out)
     summary = summarize(out)
@@ -491,6 +547,8 @@ def run_campaign(args, out):
             **drawn_inside(args),
             "host": merge.host_info(),
             "seconds_by_op": {op: round(secs, 1) for op, secs in sorted(op_seconds.items())},
+            "cells": shares,
+            "refused": refused,
         }
     )
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
@@ -501,13 +559,16 @@ def run_campaign(args, out):
         f"max passing error/bound {summary['max_ratio_passing']:.3g} (1.0 = exactly at the derived bound); "
         f"run directory {out}"
     )
+    for line in share_lines(shares, refused):
+        print(line)
     for line in finding_lines(findings):
         print(line)
     distinct = summary["distinct_findings"]
     if distinct:
         print(f"{len(distinct)} distinct finding{'s' * (len(distinct) > 1)} (op, implementation, kind, field, slice):")
         for d in distinct:
-            print(f"  [{', '.join(d['signature'])}] {d['cases']} failing cases, fixture {d['fixture']}")
+            first = "" if d["first_seconds"] is None else f", first after {d['first_seconds']:g} s"
+            print(f"  [{', '.join(d['signature'])}] {d['cases']} failing cases{first}, fixture {d['fixture']}")
     for b in biased:
         print(f"FINDING [{b['op']}, {b['impl']}, bias] {b['cases']} cases: {b['message']}")
     for k in summary["known_failures"]:
@@ -515,6 +576,8 @@ def run_campaign(args, out):
     print(report.maybe_render(out))
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
+    if not findings and not biased and compared and not with_tokens:  # every compared case was empty (T = 0)
+        raise UsageError(f"fuzz compared no case with tokens: all {compared} compared cases had num_tokens=0")
     if not findings and not biased and not compared:  # a campaign that compared nothing is no clean run
         signal_name = received[0] if received and received[0] != OVERRUN else None
         limit = (f"stopped by {signal_name}" if signal_name else f"--max-examples {args.max_examples}"

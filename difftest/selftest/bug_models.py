@@ -38,7 +38,8 @@ def _rsf_twice_run(case, inputs):
     return {**out, "weights": (out["weights"] * np.float32(rsf)).astype(np.float32)}
 
 
+# Routing bug models return ids and weights only: of contract 1, before the padded permutation existed.
 DEEPSEEK_BIASED_WEIGHTS = TORCH._replace(
-    name="bug:deepseek_biased_weights", ops=("routing",), run=_biased_weights_run
+    name="bug:deepseek_biased_weights", ops=("routing",), run=_biased_weights_run, contract=1
 )
 RSF_TWICE = TORCH._replace(name="bug:rsf_twice", ops=("routing",), run=_rsf_twice_run)
