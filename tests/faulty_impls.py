@@ -55,7 +55,8 @@ CPU_FAULTS = {
     "hang": _hang,
 }
 CUDA_FAULTS = {"none": lambda: None, "cuda_assert": _cuda_assert, "cuda_hang": _cuda_hang}
-FAULTS = {**CPU_FAULTS, **CUDA_FAULTS}
+# Two seconds in every case: more than a per-case limit of 1 s allows, far less than a worker's first-case limit
+FAULTS = {**CPU_FAULTS, **CUDA_FAULTS, "slow": lambda: time.sleep(2.0)}
 
 
 def softmax_top_k(logits, k):
@@ -105,5 +106,6 @@ SEGFAULTS = Faulty("segfault")
 EXITS = Faulty("exit")
 HANGS = Faulty("hang")
 BAD_OUTPUT = Faulty("bad_output")
+SLOW = Faulty("slow")
 BY_SEED = Faulty()
 BY_SEED_CUDA = Faulty(device="cuda")

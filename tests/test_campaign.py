@@ -140,18 +140,24 @@ def test_crashing_plugin_is_isolated_found_and_recorded(tmp_path):
     assert fx.case.config.num_tokens == 3  # shrunk to the edge (within CRASH_SHRINK_S)
 
 
-def test_a_campaign_weight_seed_reaches_every_moe_case():
-    import time
-
+def test_a_campaign_weight_seed_reaches_every_moe_case(monkeypatch):
     from hypothesis import strategies as st
 
     from difftest.checking.impl_spec import SPEC
     from difftest.model.case import MoEConfig, RoutingConfig
 
+    class Clock:  # 50 ms at every reading: the budget below lasts the same number of readings on any machine
+        now = 0.0
+
+        def monotonic(self):
+            self.now += 0.05
+            return self.now
+
     rows = []
     config = MoEConfig(RoutingConfig("renormalize", 2, 4, 2), 32, 16)
     cells = [(SPEC, "spec", "moe", st.just(config))]
-    for _, res in campaign.timed_cells(cells, time.monotonic() + 1, 1.0, 0, record=rows.append, weight_seed=3):
+    monkeypatch.setattr(campaign, "time", Clock())
+    for _, res in campaign.timed_cells(cells, 1.0, 1.0, 0, record=rows.append, weight_seed=3):
         assert res.finding is None, res.finding
     assert rows and {r["case"]["weight_seed"] for r in rows} == {3} and len({r["case"]["seed"] for r in rows}) > 1
 

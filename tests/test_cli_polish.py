@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from difftest.artifacts import fixtures
@@ -23,9 +22,8 @@ def difftest(*args, cwd=ROOT):
 
 
 def test_bare_invocation_prints_help_and_runs_nothing(tmp_path):
-    t0 = time.monotonic()
     r = difftest(cwd=tmp_path)
-    assert r.returncode == 0 and time.monotonic() - t0 < 30, r.stderr
+    assert r.returncode == 0, r.stderr
     assert "{fuzz,replay,report,merge,impls,show,mutants}" in r.stdout and "mutation self-test" in r.stdout
     assert "The main job: python -m difftest fuzz (120 s" in r.stdout
     assert not (tmp_path / "runs").exists()

@@ -77,7 +77,7 @@ def test_the_hint_names_the_device_process_as_the_bottleneck():
 def test_command_line(tmp_path):
     out = tmp_path / "run"
     p = subprocess.run([sys.executable, "-m", "difftest.running.pipeline", "--impl", f"{IMPLS}:DOUBLED",
-                        "--time-budget", "3", "--batch", "4", "--verifiers", "1", "--out", str(out)],
+                        "--max-batches", "8", "--batch", "4", "--verifiers", "1", "--out", str(out)],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 1, p.stderr
     assert "per device-minute" in p.stdout and "FINDING [routing, planted:doubled_first_weight" in p.stdout

@@ -112,17 +112,17 @@ def test_killing_redis_mid_campaign_loses_no_finding(redis_url, tmp_path):
     url, server = redis_url
     out = tmp_path / "run"
     log = open(tmp_path / "run.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "difftest", *CAMPAIGN, "--time-budget", "12", "--workers", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "difftest", *CAMPAIGN, "--max-examples", "300", "--workers", "2",
                              "--db", url, "--out", str(out)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
-        end = time.monotonic() + 90
+        end = time.monotonic() + 600  # catches a hang, however loaded the machine
         while not (out / "fixtures").is_dir() or not fixtures.discover(out / "fixtures"):
-            assert time.monotonic() < end and proc.poll() is None, "no finding within 90 s"
+            assert time.monotonic() < end and proc.poll() is None, "no finding within 600 s"
             time.sleep(0.1)
         server.send_signal(signal.SIGKILL)
         server.wait()
-        rc = proc.wait(timeout=120)
+        rc = proc.wait(timeout=600)
     finally:
         log.close()
         if proc.poll() is None:

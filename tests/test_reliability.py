@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faulty_impls import CPU_FAULTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +37,6 @@ K1 = "difftest.selftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
 # --model deepseek-v3: one routing cell around DeepSeek-V3, where K1's bug shows on the first examples
 K1_CAMPAIGN = ["fuzz", "--impl", K1, "--model", "deepseek-v3", "--workers", "1"]
 CASE = Case("routing", RoutingConfig("deepseek_v3", 3, 8, 2, 2, 1, 2.5, bias_dtype="fp32"), "normal", 4)
-BY_SEED_CYCLE = tuple(CPU_FAULTS)
 TRIED = {"fixtures": 0, "argv": 0}  # bad inputs tried, for the README figures (printed with -s)
 
 
@@ -96,7 +94,6 @@ def test_injected_faults_are_findings_and_the_campaign_finishes(tmp_path):
         "RAISES": ("error", None),
     }
     impls = [a for name in faults for a in ("--impl", f"{FAULTY}:{name}")]
-    t0 = time.monotonic()
     r = difftest(
         "fuzz",
         *impls,
@@ -115,7 +112,7 @@ def test_injected_faults_are_findings_and_the_campaign_finishes(tmp_path):
         env={**os.environ, "DIFFTEST_CRASH_SHRINK_S": "2"},  # two seconds of shrinking per crash suffice
     )
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "Traceback" not in r.stderr and time.monotonic() - t0 < 120
+    assert "Traceback" not in r.stderr
     assert "crash recovered from an earlier run's write-ahead log" in r.stderr
     found = [fixtures.load(p) for p in fixtures.discover(out / "fixtures")]
     for name, (kind, sig) in faults.items():
@@ -153,16 +150,19 @@ def test_report_of_a_missing_run_directory_is_a_one_line_error(tmp_path, capsys)
 def test_first_case_of_a_fresh_worker_gets_the_first_timeout(tmp_path):
     from difftest.running.isolation import IsolatedRunner
 
-    def case(fault):  # faulty_impls.BY_SEED does cycle[seed % len(cycle)]
-        return Case("routing", RoutingConfig("renormalize", 5, 8, 2), "normal", BY_SEED_CYCLE.index(fault))
+    """A case of 2 s (faulty_impls.SLOW) passes as the first case of a fresh worker, whose limit (120 s: worker start
+    and imports included, however loaded the machine) is the first timeout, and hangs as a later one (limit 1 s);
+    the worker that replaces the killed one gets the first timeout again. No assertion on how long anything took."""
+    from difftest.checking.interface import load
 
-    with IsolatedRunner(f"{ROOT / FAULTY}:BY_SEED", 1.0, tmp_path, first_timeout_s=3.0) as r:
-        first = r.run(case("hang"))
-        healthy = r.run(case("none"))  # the first case of the replacement worker
-        later = r.run(case("hang"))
-    assert (first.kind, healthy.kind, later.kind) == ("hang", "ok", "hang")
-    assert "within 3 s" in first.detail and first.seconds >= 3.0
-    assert "within 1 s" in later.detail and later.seconds < 3.0
+    case = Case("routing", RoutingConfig("renormalize", 5, 8, 2), "normal", 0)
+    assert load(f"{ROOT / FAULTY}:SLOW").name == "faulty_slow_cpu"
+    with IsolatedRunner(f"{ROOT / FAULTY}:SLOW", 1.0, tmp_path, first_timeout_s=120.0) as r:
+        first = r.run(case)
+        later = r.run(case)
+        replacement = r.run(case)  # the first case of the worker that replaced the killed one
+    assert (first.kind, later.kind, replacement.kind) == ("ok", "hang", "ok"), (first, later, replacement)
+    assert "within 1 s" in later.detail
 
 
 # ---- signals
@@ -178,12 +178,13 @@ def test_first_case_of_a_fresh_worker_gets_the_first_timeout(tmp_path):
 )
 def test_signal_stops_cleanly_with_summary_and_findings(tmp_path, sig):
     out = tmp_path / "run"
-    proc = start(*K1_CAMPAIGN, "--time-budget", "120", "--db", str(tmp_path / "db"), out=out)
+    # no time limit: the campaign runs until the signal; the waits below catch hangs, however loaded the machine
+    proc = start(*K1_CAMPAIGN, "--max-examples", "1000000", "--db", str(tmp_path / "db"), out=out)
     try:
-        assert wait_for(lambda: fixtures.discover(out / "fixtures"), 90), "no finding within 90 s"
+        assert wait_for(lambda: fixtures.discover(out / "fixtures"), 600), "no finding within 600 s"
         # SIGINT as Ctrl-C sends it (the whole process group); SIGTERM as `kill` sends it (the parent only)
         (os.killpg if sig == signal.SIGINT else os.kill)(proc.pid, sig)
-        rc = proc.wait(timeout=60)
+        rc = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -207,10 +208,11 @@ def kill_campaigns(tmp_path, kills, seed, after_finding=False):
     db, seen, lost = tmp_path / "db", {}, []
     for i in range(kills):
         out = tmp_path / f"run{i}"
-        budget = 120 if after_finding else rng.uniform(1, 6)  # short: some kills hit the final writes
-        proc = start(*K1_CAMPAIGN, "--time-budget", str(budget), "--db", str(db), out=out)
+        # after a finding: no time limit, the kill ends it; else short budgets, so that some kills hit the final writes
+        limit = ("--max-examples", "1000000") if after_finding else ("--time-budget", str(rng.uniform(1, 6)))
+        proc = start(*K1_CAMPAIGN, *limit, "--db", str(db), out=out)
         if after_finding:
-            assert wait_for(lambda o=out: fixtures.discover(o / "fixtures"), 90), "no finding within 90 s"
+            assert wait_for(lambda o=out: fixtures.discover(o / "fixtures"), 600), "no finding within 600 s"
         time.sleep(rng.uniform(0, 2) if after_finding else rng.uniform(0.5, 10))
         before = {d: loadable(tmp_path / d) for d in seen} | {
             out.name: loadable(out) if out.exists() else set()

@@ -253,10 +253,14 @@ def main(argv=None):
     p.add_argument("--model", help="fuzz around a model preset (difftest/model/presets.py)")
     p.add_argument("--batch", type=int, default=32, help="cases per device batch (default 32)")
     p.add_argument("--verifiers", type=int, help="verifier processes (default: cores - 1)")
-    p.add_argument("--time-budget", type=float, required=True, help="seconds the device is held")
+    limit = p.add_argument_group("limits (at least one; with both, whichever comes first)")
+    limit.add_argument("--time-budget", type=float, help="seconds the device is held")
+    limit.add_argument("--max-batches", type=int, help="batches sent to the device")
     p.add_argument("--out", type=Path, required=True, help="run directory")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.time_budget is None and args.max_batches is None:
+        p.error("one of --time-budget or --max-batches is required")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # spawned verifiers inherit it: one BLAS thread per process
     try:
@@ -269,7 +273,8 @@ def main(argv=None):
     try:
         pipe = Pipeline(args.impl, cells, args.out, batch=args.batch, verifiers=args.verifiers, seed=args.seed,
                         weight_seed=presets.weight_seed(args.model) if args.model else None, runners=runners)
-        s = pipe.run(deadline=time.monotonic() + args.time_budget)
+        s = pipe.run(deadline=None if args.time_budget is None else time.monotonic() + args.time_budget,
+                     max_batches=args.max_batches)
     finally:
         runners.close()
     print(f"{s['cases']} cases, {s['cases_per_device_minute']:g} per device-minute (held {s['held_seconds']:g} s, "
