@@ -22,6 +22,7 @@ on another host of the same arch without compiling (``DIFFTEST_TRTLLM_GEN_PREBUI
 """
 
 import os
+import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -92,18 +93,52 @@ def _include_root(headers, module):
     """A folder under FlashInfer's workspace in which ``flashinfer/trtllm/batched_gemm/…`` resolves to ``headers``."""
     from flashinfer.jit import env
 
-    root = Path(env.FLASHINFER_GEN_SRC_DIR) / "difftest_export" / module
-    link = root / EXPORT_REL
+    return include_root(env.FLASHINFER_GEN_SRC_DIR, headers, module)
+
+
+def include_root(gen_src_dir, headers, module):
+    """``gen_src_dir/difftest_export/<module>``, in which ``EXPORT_REL`` is a link to ``headers``.
+
+    Safe for processes that run it at once (a campaign's workers each build or load the module): the link is made
+    under a name of this process's own and renamed onto ``EXPORT_REL`` (``rename`` replaces a link or file in one
+    step), so a process never sees a half-made link and none fails because another got there first. A real folder
+    in the link's place (a copied ``trtllmGen_bmm_export``) is renamed aside and removed first."""
+    root = Path(gen_src_dir) / "difftest_export" / module
+    link, target = root / EXPORT_REL, Path(headers).resolve()
+    if _links_to(link, target):
+        return root
     link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() or link.exists():
-        if link.resolve() == Path(headers).resolve():
-            return root
-        if link.is_symlink():
-            link.unlink()
-        else:
-            shutil.rmtree(link)
-    link.symlink_to(Path(headers).resolve(), target_is_directory=True)
+    own = link.with_name(f".{link.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    os.symlink(target, own, target_is_directory=True)
+    try:
+        if link.is_dir() and not link.is_symlink():
+            _remove_aside(link)
+        os.replace(own, link)
+    except BaseException:
+        own.unlink(missing_ok=True)
+        raise
     return root
+
+
+def _links_to(link, target):
+    try:
+        return Path(os.readlink(link)) == target
+    except OSError:  # absent (or removed by another process just now), or not a link
+        return False
+
+
+def _remove_aside(path):
+    """Rename ``path`` to a name of this process's own, then remove it; another process that renamed it first
+    (or put its link there meanwhile, which this removes and the caller's rename puts back) is no error."""
+    aside = path.with_name(f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    if aside.is_symlink():
+        aside.unlink()
+    else:
+        shutil.rmtree(aside)
 
 
 def spec(name, sources, arch, headers, extra_flags=(), extra_includes=()):
