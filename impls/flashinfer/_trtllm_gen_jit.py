@@ -19,8 +19,13 @@ Two things the build needs that FlashInfer normally fetches:
 The build is paid once per FlashInfer version and arch: FlashInfer's workspace
 (``FLASHINFER_WORKSPACE_BASE``) keeps the built library, and ``prebuilt_dir`` lets a copied one be reused
 on another host of the same arch without compiling (``DIFFTEST_TRTLLM_GEN_PREBUILT``).
+
+Whatever goes wrong while preparing, building or loading a module (``spec``, ``load``) is raised as ``JitError``:
+the tester's own machinery failed, not the kernel under test, and difftest counts such a case as a tester error,
+never as a finding against the adapter (docs/plugins.md, "Tester errors").
 """
 
+import functools
 import os
 import secrets
 import shutil
@@ -50,6 +55,33 @@ DEV_KERNEL_SOURCES = (
 # The same defines FlashInfer passes to that build, plus the one the published headers need.
 DEFINES = ("-DTLLM_GEN_EXPORT_INTERFACE", "-DTLLM_ENABLE_CUDA", "-DENABLE_BF16", "-DENABLE_FP8", "-DENABLE_FP4",
            "-DTLLM_RUBIN_FEATURES")
+
+
+class JitError(RuntimeError):
+    """Preparing, building or loading a module failed (a file race, a compiler error, a library that does not
+    load). ``difftest_harness`` marks it as the tester's failure for difftest, which impls/ does not import
+    (difftest/checking/interface.py ``is_harness_error``): the case is a tester error, not the kernel's finding."""
+
+    difftest_harness = True
+
+
+def _jit_step(what):
+    """Decorator: an exception out of the function becomes a JitError naming ``what`` and the original exception."""
+
+    def decorate(f):
+        @functools.wraps(f)
+        def wrapped(*args, **kwargs):
+            try:
+                return f(*args, **kwargs)
+            except JitError:
+                raise
+            except Exception as e:
+                line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise JitError(f"{what}: {type(e).__name__}: {line}") from e
+
+        return wrapped
+
+    return decorate
 
 
 def _header_root_candidates():
@@ -141,6 +173,7 @@ def _remove_aside(path):
         shutil.rmtree(aside)
 
 
+@_jit_step("preparing the trtllm-gen JIT build")
 def spec(name, sources, arch, headers, extra_flags=(), extra_includes=()):
     """A FlashInfer JitSpec for ``sources`` (paths, or names under FlashInfer's csrc) built for ``arch``."""
     from flashinfer.jit import env
@@ -174,6 +207,7 @@ def dev_kernels_spec(arch, headers):
     return spec("trtllm_gen_dev_kernels", DEV_KERNEL_SOURCES, arch, headers)
 
 
+@_jit_step("building or loading the trtllm-gen JIT module")
 def load(jit_spec):
     """The module: a library copied from another host of the same arch (DIFFTEST_TRTLLM_GEN_PREBUILT, a folder
     holding ``<module>.so``) when one is there and loads, else FlashInfer's cached build, else a fresh build."""
