@@ -33,6 +33,13 @@ def test_a_plain_decline_with_one_cause_is_refused_at_once():
     assert r.refuses(routing("topk").config) and not r.refuses(routing().config)
 
 
+def test_a_skip_the_implementation_did_not_ask_for_teaches_nothing():
+    """The spec's refusal or a tester error is a skip of a case the implementation accepts: probing it would find
+    every field 'a cause'."""
+    r = learn.Refusals("routing")
+    assert r.declined(declining(lambda case: None), routing("topk"), "spec refuses: something") == [] and not r
+
+
 def test_a_decline_two_fields_fix_is_refused_after_two():
     """topk with bf16 logits declined: changing the method or the dtype each fixes it (one constraint between
     them), so neither is refused on one decline."""

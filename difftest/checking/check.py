@@ -9,12 +9,16 @@ import numpy as np
 from ..model import generate
 from ..model.case import CaseError
 from . import compare
+from .interface import HarnessError, is_harness_error
 
 STATUSES = ("pass", "fail", "skip", "error")
+# A skip reason starting with this: the tester's machinery raised around the kernel call (interface.HarnessError),
+# so the case was not tested; never a finding or fixture, and no implementation is blamed.
+TESTER_ERROR = "tester error"
 
 
 class Result(NamedTuple):
-    status: str  # pass | fail (bound or ids violated) | skip (with reason) | error (the impl raised)
+    status: str  # pass | fail (bound or ids violated) | skip (with reason; TESTER_ERROR too) | error (the impl raised)
     ratio: float  # max error/bound (0 for skip)
     message: str  # failure message, skip reason or the exception line
     excluded: int = 0
@@ -39,11 +43,26 @@ def _same_bits(a, b):
 
 
 def _isolated(runner, case):
-    """Outputs through difftest/running/isolation.py's worker; a crash or hang raises with its detail."""
+    """Outputs through difftest/running/isolation.py's worker; an error, crash or hang raises with its detail, a
+    failure of the worker's own machinery as a HarnessError."""
     o = runner.run(case)
+    if o.kind == "harness":  # the worker's own machinery raised, not the implementation
+        raise HarnessError(o.detail)
     if o.kind != "ok":
         raise RuntimeError(f"{o.kind}: {o.detail}")
     return o.outputs
+
+
+def tester_error(e, tag):
+    """The skip reason for harness error `e` (interface.is_harness_error): a HarnessError's message as it is (a
+    worker's relayed one names the original type), any other marked exception as "Type: message"."""
+    line = str(e).splitlines()[0] if str(e) else ""
+    what = line if isinstance(e, HarnessError) else f"{type(e).__name__}: {line}"
+    return f"{TESTER_ERROR}, not a finding: {what} [{tag}]"
+
+
+def is_tester_error(result):
+    return result.status == "skip" and result.message.startswith(TESTER_ERROR)
 
 
 def poisoned(outputs):
@@ -119,6 +138,8 @@ def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
     except CaseError as e:
         return Result("skip", 0.0, f"{impl.name}: {e}")
     except Exception as e:  # an implementation that raises on a supported case is a finding
+        if is_harness_error(e):  # ... unless the tester's machinery raised: the case was not tested
+            return Result("skip", 0.0, tester_error(e, tag), seconds=time.perf_counter() - t0)
         return Result(
             "error",
             np.inf,

@@ -38,6 +38,22 @@ class ImplError(ValueError):
     """An implementation reference that cannot be resolved; the message says why."""
 
 
+class HarnessError(RuntimeError):
+    """The tester's own machinery failed around a kernel call (a JIT build racing another worker, a worker process
+    that would not start, inputs that could not be made): the case was not tested, and its outcome is a tester
+    error (check.TESTER_ERROR, a skip), never a finding or fixture against the implementation. Anything may
+    raise it; a module that cannot import difftest (impls/ does not) raises its own exception class with
+    ``difftest_harness = True`` instead (impls/flashinfer/_trtllm_gen_jit.py ``JitError``). Every other exception
+    out of ``run`` stays the implementation's finding (status error)."""
+
+    difftest_harness = True
+
+
+def is_harness_error(e):
+    """Whether exception `e` is a HarnessError: its class (or a base) sets ``difftest_harness = True``."""
+    return getattr(type(e), "difftest_harness", False) is True
+
+
 class Impl(NamedTuple):
     name: str
     version: str

@@ -64,8 +64,8 @@ class Refusals:
         new = []
         for field, spec in getattr(reason, "refused", {}).items():
             new += self._refuse_declared(field, spec, reason)
-        if new or self.probed >= PROBES_PER_CELL:
-            return new
+        if new or self.probed >= PROBES_PER_CELL or impl is None or not _declines(impl, case):
+            return new  # a skip the implementation did not ask for (the spec's refusal, a tester error) teaches nothing
         self.probed += 1
         causes = self._causes(impl, case)
         for field, value in causes:
@@ -204,6 +204,13 @@ class Refusals:
 def database_key(impl_name, impl_ref, op):
     """The key under which a cell's refusals are kept (one per implementation and op, whatever the slice)."""
     return b"difftest-refusals:" + hashlib.sha256(f"{impl_name}|{impl_ref}|{op}".encode()).hexdigest().encode()
+
+
+def _declines(impl, case):
+    try:
+        return bool(impl.unsupported(case))
+    except Exception:  # an unsupported() that raises on this case: nothing to learn from probing it
+        return False
 
 
 def _has(config, op, field):

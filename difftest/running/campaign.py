@@ -29,7 +29,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 
 from ..artifacts import fixtures
 from ..checking import interface
-from ..checking.check import run_case
+from ..checking.check import is_tester_error, run_case
 from ..model import learn, strategies
 from ..model.case import CaseError
 from .isolation import IsolatedRunner, pending, settle_pending
@@ -151,6 +151,17 @@ def run_classified(impl, case, inputs=None, *, repeat=False, runner=None):
         message = f"{impl.name} {crash.kind}: {crash.detail} [{case.op}, {impl.name}]"
         return result._replace(message=message), crash.kind, crash
     return result, {"fail": "mismatch", "error": "error"}.get(result.status), None
+
+
+_TOLD = set()  # the tester errors this process has printed
+
+
+def tell_tester_error(message):
+    """A tester error (check.TESTER_ERROR: the case was not tested) on stderr, once per distinct message and
+    process: it is no finding, but the user must see that the tester failed, not only count it among the skips."""
+    if message not in _TOLD:
+        _TOLD.add(message)
+        print(f"difftest: {message}", file=sys.stderr, flush=True)
 
 
 def observed(result, crash=None):
@@ -493,6 +504,8 @@ def fuzz_cell(
         if record is not None:
             record(case_row(impl.name, case, result, recipe_name(impl, case), kind))
         if result.status == "skip":
+            if is_tester_error(result):
+                tell_tester_error(result.message)
             state["skips"][result.message] += 1
             event(f"skip: {result.message.split(':')[0]}")
             if refusals is not None and state["last_failure"] is None and refusals.declined(impl, case, result.message):

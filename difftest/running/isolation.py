@@ -11,6 +11,9 @@ returns an ``Outcome`` of kind
 
     ok     outputs is the dict of arrays
     error  run() raised (or returned something other than a dict of arrays); detail is the exception line
+    harness the worker's own machinery raised, not the implementation: reading the case, making its inputs,
+           or run() raising a harness error (checking/interface.py ``is_harness_error``, e.g. a JIT build that
+           failed); detail is "Type: message"
     crash  the worker died (abort, SIGSEGV, a C extension exiting; signal or exit says how), or its
            CUDA context is unusable after the case (illegal address, device-side assert: torch raises
            these as exceptions, but they are sticky; detail names the CUDA error)
@@ -62,6 +65,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..checking.interface import is_harness_error
 from ..model.case import Case
 
 GRACE_S = 1.0  # between SIGTERM (stack dump) and SIGKILL, and for a dead worker to be reaped
@@ -73,7 +77,7 @@ _CTX = multiprocessing.get_context("spawn")
 
 
 class Outcome(NamedTuple):
-    kind: str  # "ok" | "error" | "crash" | "hang"
+    kind: str  # "ok" | "error" | "harness" | "crash" | "hang"
     outputs: dict | None  # name -> np.ndarray when kind == "ok"
     detail: str  # one line: the exception, the signal, or the timeout
     exit: int | None  # the worker's exit status when it exited by itself
@@ -83,7 +87,10 @@ class Outcome(NamedTuple):
 
 
 class WorkerStartError(RuntimeError):
-    """The worker could not load the implementation or died while starting; the message says why."""
+    """The worker could not load the implementation or died while starting; the message says why. Raised for a
+    case (a worker restarted after a crash), it is the tester's failure, not the case's (``difftest_harness``)."""
+
+    difftest_harness = True
 
 
 # ---- atomic files
@@ -172,12 +179,20 @@ def _cuda_problem():
     return None
 
 
+def _harness_reply(e):
+    return b"harness\n" + f"{type(e).__name__}: {_first_line(str(e))}\n".encode() + traceback.format_exc().encode()
+
+
 def _serve(impl, request, inputs):
     try:
         case = Case.from_json(request.decode())
-        reply = b"ok\n" + _to_npz(impl.run(case, inputs(case)))
-    except Exception:  # a Python exception is the implementation's answer, not a crash
-        reply = b"error\n" + traceback.format_exc().encode()
+        args = inputs(case)
+    except Exception as e:  # the worker's machinery, before the implementation runs
+        return _harness_reply(e)
+    try:
+        reply = b"ok\n" + _to_npz(impl.run(case, args))
+    except Exception as e:  # a Python exception is the implementation's answer, not a crash
+        reply = _harness_reply(e) if is_harness_error(e) else b"error\n" + traceback.format_exc().encode()
     problem = _cuda_problem()
     if problem:
         return b"crash\n" + f"CUDA context unusable after the case: {problem}\n".encode() + reply
@@ -360,6 +375,8 @@ class IsolatedRunner:
             _stop(self._proc, self._conn)
             self._discard_worker()
             return Outcome("crash", None, _first_line(text), None, None, self._tail(offset) + text, seconds)
+        if kind == "harness":
+            return Outcome("harness", None, _first_line(text), None, None, self._tail(offset) + text, seconds)
         return Outcome("error", None, _last_line(text), None, None, self._tail(offset) + text, seconds)
 
     def _crash(self, offset, seconds):

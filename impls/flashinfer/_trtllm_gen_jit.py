@@ -19,9 +19,15 @@ Two things the build needs that FlashInfer normally fetches:
 The build is paid once per FlashInfer version and arch: FlashInfer's workspace
 (``FLASHINFER_WORKSPACE_BASE``) keeps the built library, and ``prebuilt_dir`` lets a copied one be reused
 on another host of the same arch without compiling (``DIFFTEST_TRTLLM_GEN_PREBUILT``).
+
+Whatever goes wrong while preparing, building or loading a module (``spec``, ``load``) is raised as ``JitError``:
+the tester's own machinery failed, not the kernel under test, and difftest counts such a case as a tester error,
+never as a finding against the adapter (docs/plugins.md, "Tester errors").
 """
 
+import functools
 import os
+import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -49,6 +55,33 @@ DEV_KERNEL_SOURCES = (
 # The same defines FlashInfer passes to that build, plus the one the published headers need.
 DEFINES = ("-DTLLM_GEN_EXPORT_INTERFACE", "-DTLLM_ENABLE_CUDA", "-DENABLE_BF16", "-DENABLE_FP8", "-DENABLE_FP4",
            "-DTLLM_RUBIN_FEATURES")
+
+
+class JitError(RuntimeError):
+    """Preparing, building or loading a module failed (a file race, a compiler error, a library that does not
+    load). ``difftest_harness`` marks it as the tester's failure for difftest, which impls/ does not import
+    (difftest/checking/interface.py ``is_harness_error``): the case is a tester error, not the kernel's finding."""
+
+    difftest_harness = True
+
+
+def _jit_step(what):
+    """Decorator: an exception out of the function becomes a JitError naming ``what`` and the original exception."""
+
+    def decorate(f):
+        @functools.wraps(f)
+        def wrapped(*args, **kwargs):
+            try:
+                return f(*args, **kwargs)
+            except JitError:
+                raise
+            except Exception as e:
+                line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise JitError(f"{what}: {type(e).__name__}: {line}") from e
+
+        return wrapped
+
+    return decorate
 
 
 def _header_root_candidates():
@@ -92,20 +125,55 @@ def _include_root(headers, module):
     """A folder under FlashInfer's workspace in which ``flashinfer/trtllm/batched_gemm/…`` resolves to ``headers``."""
     from flashinfer.jit import env
 
-    root = Path(env.FLASHINFER_GEN_SRC_DIR) / "difftest_export" / module
-    link = root / EXPORT_REL
+    return include_root(env.FLASHINFER_GEN_SRC_DIR, headers, module)
+
+
+def include_root(gen_src_dir, headers, module):
+    """``gen_src_dir/difftest_export/<module>``, in which ``EXPORT_REL`` is a link to ``headers``.
+
+    Safe for processes that run it at once (a campaign's workers each build or load the module): the link is made
+    under a name of this process's own and renamed onto ``EXPORT_REL`` (``rename`` replaces a link or file in one
+    step), so a process never sees a half-made link and none fails because another got there first. A real folder
+    in the link's place (a copied ``trtllmGen_bmm_export``) is renamed aside and removed first."""
+    root = Path(gen_src_dir) / "difftest_export" / module
+    link, target = root / EXPORT_REL, Path(headers).resolve()
+    if _links_to(link, target):
+        return root
     link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() or link.exists():
-        if link.resolve() == Path(headers).resolve():
-            return root
-        if link.is_symlink():
-            link.unlink()
-        else:
-            shutil.rmtree(link)
-    link.symlink_to(Path(headers).resolve(), target_is_directory=True)
+    own = link.with_name(f".{link.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    os.symlink(target, own, target_is_directory=True)
+    try:
+        if link.is_dir() and not link.is_symlink():
+            _remove_aside(link)
+        os.replace(own, link)
+    except BaseException:
+        own.unlink(missing_ok=True)
+        raise
     return root
 
 
+def _links_to(link, target):
+    try:
+        return Path(os.readlink(link)) == target
+    except OSError:  # absent (or removed by another process just now), or not a link
+        return False
+
+
+def _remove_aside(path):
+    """Rename ``path`` to a name of this process's own, then remove it; another process that renamed it first
+    (or put its link there meanwhile, which this removes and the caller's rename puts back) is no error."""
+    aside = path.with_name(f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    if aside.is_symlink():
+        aside.unlink()
+    else:
+        shutil.rmtree(aside)
+
+
+@_jit_step("preparing the trtllm-gen JIT build")
 def spec(name, sources, arch, headers, extra_flags=(), extra_includes=()):
     """A FlashInfer JitSpec for ``sources`` (paths, or names under FlashInfer's csrc) built for ``arch``."""
     from flashinfer.jit import env
@@ -139,6 +207,7 @@ def dev_kernels_spec(arch, headers):
     return spec("trtllm_gen_dev_kernels", DEV_KERNEL_SOURCES, arch, headers)
 
 
+@_jit_step("building or loading the trtllm-gen JIT module")
 def load(jit_spec):
     """The module: a library copied from another host of the same arch (DIFFTEST_TRTLLM_GEN_PREBUILT, a folder
     holding ``<module>.so``) when one is there and loads, else FlashInfer's cached build, else a fresh build."""
