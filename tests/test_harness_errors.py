@@ -117,3 +117,17 @@ def test_the_jit_helpers_failures_are_harness_errors(monkeypatch):
     r = check.run_case(impl, routing_case(2))
     assert r.status == "skip" and check.is_tester_error(r), r
     assert "JitError: building or loading the trtllm-gen JIT module: FileExistsError" in r.message
+
+
+def test_a_campaign_with_tester_errors_and_no_finding_is_not_green(plugin, tmp_path):
+    """fuzz exits 2, saying so in one line: the tester broke on part of what it drew, so the run proves nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _, ref = plugin("HARNESS")
+    r = subprocess.run([sys.executable, "-m", "difftest", "fuzz", "--impl", ref, "--op", "routing", "--where",
+                        "method=renormalize", "--max-examples", "30", "--workers", "1", "--out", str(tmp_path / "run")],
+                       cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.splitlines()[-1].startswith("difftest: error: ") and "hit a tester error" in r.stderr, r.stderr

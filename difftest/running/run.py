@@ -576,6 +576,12 @@ def run_campaign(args, out):
     print(report.maybe_render(out))
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
+    from ..checking.check import TESTER_ERROR
+
+    tester_errors = sum(n for reason, n in skips.items() if reason.startswith(TESTER_ERROR))
+    if tester_errors and not findings and not biased:  # the tester broke on some cases: no clean run either
+        raise UsageError(f"{tester_errors} cases hit a tester error (not a finding): "
+                         f"{next(r for r in skips if r.startswith(TESTER_ERROR))}")
     if not findings and not biased and compared and not with_tokens:  # every compared case was empty (T = 0)
         raise UsageError(f"fuzz compared no case with tokens: all {compared} compared cases had num_tokens=0")
     if not findings and not biased and not compared:  # a campaign that compared nothing is no clean run
