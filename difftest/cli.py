@@ -104,7 +104,11 @@ def parser():
                         "--max-examples; with it, no default: the examples alone decide)")
     f.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (workers and chunks derive theirs)")
-    f.add_argument("--out", help="run directory (default runs/<timestamp>); format in difftest/artifacts/rundir.md")
+    f.add_argument("--out", help="run directory (default runs/<timestamp>); one that holds a run already is refused "
+                                 "unless --resume; format in difftest/artifacts/rundir.md")
+    f.add_argument("--resume", action="store_true",
+                   help="continue the run in --out (a killed campaign: its crash log is recorded first; rows are "
+                        "added, its fixtures reported again as earlier findings)")
     f.add_argument("--special", action="store_true", help="also draw NaN/Inf input distributions")
     f.add_argument("--known", metavar="DIR",
                    help="fixtures whose signatures (op, implementation, kind, field, slice) are known: failures "
@@ -125,6 +129,10 @@ def parser():
                         "details of unexpected outcomes)")
     r.add_argument("--update", action="store_true",
                    help="mark an open fixture fixed when its recorded implementation now passes (one line each)")
+    r.add_argument("--skip-unavailable", action="store_true",
+                   help="skip (one line each, counted) fixtures whose recorded implementation is unavailable here "
+                        "(no GPU, kernel package missing) instead of exiting 2; one that cannot run at all (a "
+                        "missing plug-in file, an import error) still exits 2")
     _timeouts(r)
     rp = sub.add_parser("report", help="render RUN_DIR/report.html and report.json from a run directory")
     rp.add_argument("run_dir", help="a run directory written by python -m difftest fuzz --out DIR")

@@ -228,7 +228,7 @@ def test_runs_are_compressed_and_rows_of_an_older_plain_run_are_kept(tmp_path):
     (out / "cases.jsonl").write_text(json.dumps(old) + "\n")
     assert report.read_run(out)[0] == [old]  # the plain file of an older run reads as it is
     r = difftest("fuzz", "--impl", "torch", "--op", "routing", "--max-examples", "3", "--workers", "1",
-                 "--out", str(out))
+                 "--out", str(out), "--resume")
     assert r.returncode == 0, r.stdout + r.stderr
     assert not (out / "cases.jsonl").exists() and not list(out.glob("cases-*.jsonl"))
     rows = [json.loads(line) for line in gzip.decompress((out / "cases.jsonl.gz").read_bytes()).splitlines()]

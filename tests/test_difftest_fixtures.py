@@ -22,7 +22,7 @@ K1 = "difftest.selftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
 CASE = Case("routing", RoutingConfig("deepseek_v3", 3, 8, 2, 2, 1, 2.5, bias_dtype="fp32"), "normal", 4)
 
 
-def record(root, case=CASE, impl=bug_models.DEEPSEEK_BIASED_WEIGHTS, ref=K1, status="open"):
+def record(root, case=CASE, impl=bug_models.DEEPSEEK_BIASED_WEIGHTS, ref=K1, status="open", id=None):
     r = check.run_case(impl, case)
     expected = impl_spec.expected(case, generate.inputs(case), impl.recipe(case))
     return fixtures.write(
@@ -35,6 +35,7 @@ def record(root, case=CASE, impl=bug_models.DEEPSEEK_BIASED_WEIGHTS, ref=K1, sta
         expected,
         status=status,
         provenance="K1, vllm-project/vllm PR #12002 (test)",
+        id=id,
     )
 
 
@@ -273,3 +274,63 @@ def test_a_legacy_generator_label_still_loads(tmp_path, label):
     path = record(tmp_path)
     _edit_json(path, lambda m: m["inputs"].update(generator=label))
     assert fixtures.load(path).meta["inputs"]["generator"] == label
+
+
+# ---- issue 34, item 4: no pass by not running; renamed and unreadable fixtures
+
+ELSEWHERE = """from difftest.selftest import bug_models
+
+K1_ELSEWHERE = bug_models.DEEPSEEK_BIASED_WEIGHTS._replace(available=lambda: "needs a device this machine lacks")
+"""
+
+
+def test_a_recorded_implementation_that_does_not_run_is_never_as_recorded(k1, tmp_path):
+    """Torch and the spec pass every one of these; only k1's recorded implementation runs. Exit 2 for a fixture
+    that cannot run (here); --skip-unavailable skips only the unavailable one, and skipping everything is no pass."""
+    plugin = tmp_path / "elsewhere.py"
+    plugin.write_text(ELSEWHERE)
+    unavailable = record(k1.parent, ref=f"{plugin}:K1_ELSEWHERE", id="unavailable_here")
+    missing = record(k1.parent, ref=f"{tmp_path / 'gone.py'}:K1", id="missing_plugin")
+    for path, want in ((k1, replay.AS_RECORDED), (unavailable, replay.UNAVAILABLE), (missing, replay.BROKEN)):
+        fx = fixtures.load(path)
+        rows = replay.replay_fixture(fx, ["torch"])
+        assert ("torch", "pass") in [r[:2] for r in rows] and replay.verdict(fx, rows) == want, rows
+        assert replay.expectation_met(fx, rows) == (want == replay.AS_RECORDED)
+    r = run_cli("replay", str(k1.parent), "--impl", "torch")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "missing_plugin (open mismatch, recorded with bug:deepseek_biased_weights): cannot run: " in r.stdout
+    assert "unavailable_here (open mismatch, recorded with bug:deepseek_biased_weights): cannot run here: " \
+           "bug:deepseek_biased_weights n/a (needs a device this machine lacks)" in r.stdout, r.stdout
+    assert "replayed 3 fixtures: 1 cannot run, 1 as recorded, 1 cannot run here" in r.stdout, r.stdout
+    r = run_cli("replay", str(k1.parent), "--impl", "torch", "--skip-unavailable")
+    assert r.returncode == 2 and "1 cannot run, 1 as recorded, 1 skipped (--skip-unavailable)" in r.stdout, r.stdout
+    shutil.rmtree(missing)
+    r = run_cli("replay", str(k1.parent), "--impl", "torch", "--skip-unavailable")
+    assert r.returncode == 0 and "replayed 2 fixtures: 1 as recorded, 1 skipped (--skip-unavailable)" in r.stdout
+    r = run_cli("replay", str(unavailable), "--impl", "torch", "--skip-unavailable")
+    assert r.returncode == 2 and "unavailable_here (open mismatch" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_renamed_fixture_loads_under_its_directory_name(k1, tmp_path):
+    """The fixture is its directory: renamed, it loads and replays under the new name (case.json keeps the name it
+    was written under); an id that is no valid name is still refused (BAD: "id with separator")."""
+    renamed = tmp_path / "renamed" / "k1_biased_weights_seen_in_vllm"
+    shutil.copytree(k1, renamed)
+    fx = fixtures.load(renamed)
+    assert (fx.id, fx.meta["id"], fx.case, fx.impl_ref) == (renamed.name, k1.name, CASE, K1)
+    r = run_cli("replay", str(renamed.parent), "--impl", "torch")
+    assert r.returncode == 0 and r.stdout.startswith(f"{renamed.name} (open mismatch") and ": as recorded: " \
+        in r.stdout, r.stdout + r.stderr
+
+
+def test_one_unreadable_fixture_is_one_line_and_the_others_still_replay(tmp_path):
+    root = tmp_path / "fixtures"
+    paths = sorted(record(root, case=Case("routing", CASE.config, "normal", seed)) for seed in (4, 5, 6))
+    (paths[1] / "case.json").write_text("[")
+    r = run_cli("replay", str(root), "--impl", "torch")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and paths[1].name in r.stderr and "not valid JSON" in r.stderr, r.stderr
+    lines = r.stdout.splitlines()
+    assert [line.split(" ")[0] for line in lines[:2]] == [paths[0].name, paths[2].name], r.stdout
+    assert all(": as recorded: " in line for line in lines[:2]), r.stdout
+    assert lines[2:] == ["replayed 3 fixtures: 2 as recorded, 1 unreadable"], r.stdout

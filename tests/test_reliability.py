@@ -109,6 +109,7 @@ def test_injected_faults_are_findings_and_the_campaign_finishes(tmp_path):
         "2",
         "--out",
         str(out),
+        "--resume",  # the dead campaign's directory: continuing it is explicit
         env={**os.environ, "DIFFTEST_CRASH_SHRINK_S": "2"},  # two seconds of shrinking per crash suffice
     )
     assert r.returncode == 1, r.stdout + r.stderr
@@ -116,7 +117,7 @@ def test_injected_faults_are_findings_and_the_campaign_finishes(tmp_path):
     assert "crash recovered from an earlier run's write-ahead log" in r.stderr
     found = [fixtures.load(p) for p in fixtures.discover(out / "fixtures")]
     for name, (kind, sig) in faults.items():
-        fx = next((f for f in found if f.impl_ref == f"{FAULTY}:{name}" and f.case != died), None)
+        fx = next((f for f in found if f.impl_ref == f"{ROOT / FAULTY}:{name}" and f.case != died), None)
         assert fx is not None and fx.kind == kind, f"{name}: no {kind} fixture among {[f.id for f in found]}"
         observed = fx.meta["observed"]
         if sig is not None:
@@ -374,6 +375,8 @@ FLAGS = [
     "--special",
     "--timeout",
     "--first-timeout",
+    "--resume",
+    "--skip-unavailable",
     "--top",
     "--help",
     "-h",

@@ -13,8 +13,11 @@ fixtures/<id>/
 Expert weights (moe) are always regenerated from (seed, expert id) and verified against their SHA-256.
 
 The implementation is named by reference (``torch``, ``package.module:NAME``, ``path/file.py:NAME``), so a
-bug model (difftest/selftest/bug_models.py, a mutants catalogue) replays like any implementation. Every load error is
-a FixtureError with one line naming the violated constraint.
+bug model (difftest/selftest/bug_models.py, a mutants catalogue) replays like any implementation. A plug-in file is
+stored relative to the fixture directory and resolved from it (portable_ref, resolve_ref), so a fixture replays
+from any working directory. A fixture is known by its directory name: a renamed fixture directory still loads
+(case.json's id is the name it was written under). Every load error is a FixtureError with one line naming the
+violated constraint.
 """
 
 import io
@@ -71,9 +74,9 @@ class FixtureError(ValueError):
 
 class Fixture(NamedTuple):
     path: Path
-    id: str
+    id: str  # the directory name (case.json's "id": the name it was written under)
     case: Case
-    impl_ref: str
+    impl_ref: str  # resolved from the fixture directory (resolve_ref); case.json's impl.ref as stored
     status: str
     kind: str  # mismatch | error | crash | hang
     recipe: Recipe | None
@@ -121,16 +124,65 @@ def kind_of(observed):
     return "mismatch" if observed.get("status") == "fail" else "error"
 
 
-def portable_ref(ref):
-    """A ``path/file.py:NAME`` reference to a file under the working directory, relative to it (a fixture
-    then replays from another checkout); other references (names, ``module:NAME``, files elsewhere) as given."""
+def _file_ref(ref):
+    """(path, NAME) of a ``path/file.py:NAME`` reference; None for names and ``module:NAME``."""
     where, sep, name = ref.rpartition(":")
-    if not sep or not where.endswith(".py"):
+    return (where, name) if sep and where.endswith(".py") else None
+
+
+def portable_ref(ref, fixture_dir):
+    """The reference as the fixture at fixture_dir stores it. A ``path/file.py:NAME`` (relative to the working
+    directory, or absolute) becomes relative to the fixture directory, so the fixture replays from any working
+    directory and from another checkout of the same tree (resolve_ref); absolute where the file and the fixture
+    share no directory but the filesystem root (a plug-in in a checkout, a run under /tmp: they do not travel
+    together, and ``../`` up to the root would only hide that). Names and ``module:NAME`` are kept as given."""
+    part = _file_ref(ref)
+    if part is None:
         return ref
+    target, base = Path(part[0]).resolve(), Path(fixture_dir).resolve()
     try:
-        return f"{Path(where).resolve().relative_to(Path.cwd().resolve()).as_posix()}:{name}"
-    except ValueError:  # outside the working directory
+        shared = Path(os.path.commonpath([target, base]))
+    except ValueError:  # another drive
+        shared = Path(base.anchor)
+    where = target if shared == Path(base.anchor) else Path(os.path.relpath(target, base))
+    return f"{where.as_posix()}:{part[1]}"
+
+
+def resolve_ref(fixture_dir, ref):
+    """The reference to load for the fixture at fixture_dir. A ``path/file.py:NAME`` resolves to the first file
+    found, in this order:
+      1. an absolute path: as it is;
+      2. relative to the fixture directory (how write() stores it, portable_ref);
+      3. without its leading ``../`` parts, relative to the fixture directory and then each directory above it,
+         nearest first: a fixture copied to another depth of the same tree (RUN/fixtures/<id> into the
+         repository's fixtures/), and fixtures written before references were fixture-relative, whose paths are
+         relative to the directory their campaign ran in (normally above the run directory);
+      4. relative to the working directory (how those older fixtures were read).
+    Returns that file's absolute path with NAME, or the reference as stored when no file is found (missing_file
+    says so in one line). Names and ``module:NAME`` are returned as stored."""
+    part = _file_ref(ref)
+    if part is None or Path(part[0]).is_absolute():
         return ref
+    where, base = Path(part[0]), Path(fixture_dir).resolve()
+    parts = list(where.parts)
+    while parts and parts[0] in ("..", "."):
+        parts.pop(0)
+    tail = [d / Path(*parts) for d in (base, *base.parents)] if parts else []
+    for candidate in (base / where, *tail, Path.cwd() / where):
+        if candidate.is_file():
+            return f"{candidate.resolve()}:{part[1]}"
+    return ref
+
+
+def missing_file(fx):
+    """One line when the fixture names a plug-in file that resolve_ref found nowhere, else None."""
+    part = _file_ref(fx.impl_ref)
+    if part is None or Path(part[0]).is_file():
+        return None
+    if Path(part[0]).is_absolute():
+        return f"no such file {part[0]}"
+    return (f"no such file {part[0]} relative to the fixture directory, a directory above it or the working "
+            f"directory")
 
 
 def set_status(path, status):
@@ -168,7 +220,7 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
         "kind": kind,
         "case": case.to_dict(),
         "recipe": None if recipe is None else recipe.to_dict(),
-        "impl": {"ref": portable_ref(impl_ref), "name": impl.name, "version": impl.version},
+        "impl": {"ref": portable_ref(impl_ref, path), "name": impl.name, "version": impl.version},
         "packages": _versions(),
         "device": device_name(impl.name),
         "observed": {
@@ -340,11 +392,8 @@ def load(path):
     missing = [k for k in KEYS if k not in meta]
     if missing:
         _fail(path, f"case.json lacks {missing}")
-    fid = meta["id"]
-    if not isinstance(fid, str) or not ID_RE.match(fid) or fid != path.name:
-        _fail(
-            path, f"id {fid!r} must match {ID_RE.pattern} (no path separators) and equal the directory name"
-        )
+    if not isinstance(meta["id"], str) or not ID_RE.match(meta["id"]):  # the name it was written under
+        _fail(path, f"id {meta['id']!r} must match {ID_RE.pattern} (no path separators)")
     if not isinstance(meta["status"], str) or meta["status"] not in STATUSES:
         _fail(path, f"status {meta['status']!r} is not one of {STATUSES}")
     observed = meta["observed"]
@@ -389,7 +438,9 @@ def load(path):
     expected = _load_npz(path, "expected.npz", None) if spec_out.get("file") else None
     if expected is not None and generate.digest(expected) != spec_out["sha256"]:
         _fail(path, "expected.npz does not match its recorded SHA-256")
-    return Fixture(path, fid, case, impl["ref"], meta["status"], kind, recipe, inputs, expected, meta)
+    # known by its directory name (a renamed fixture is the same fixture); its implementation resolved from it
+    return Fixture(path, path.resolve().name, case, resolve_ref(path, impl["ref"]), meta["status"], kind, recipe,
+                   inputs, expected, meta)
 
 
 def discover(root):

@@ -9,6 +9,16 @@ from ..running.isolation import atomic_write_bytes
 
 CASES = "cases.jsonl.gz"
 PLAIN = "cases.jsonl"  # runs recorded before the rows were compressed
+USED = (CASES, PLAIN, "summary.json", "fixtures", "difftest-workers")  # what a run leaves (besides cases-*.jsonl)
+
+
+def used_by_a_run(run_dir):
+    """The names in run_dir that show a fuzz run used it (merged rows, a killed run's cases-<worker>.jsonl, the
+    summary, fixtures, worker logs and write-ahead logs); [] for a fresh or missing directory."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        return []
+    return [n for n in USED if (d / n).exists()] + sorted(p.name for p in d.glob("cases-*.jsonl"))
 
 
 def cases_file(run_dir):

@@ -289,6 +289,16 @@ def fuzz(args):
     finite(args.timeout, "--timeout", 0, False)
     finite(args.first_timeout, "--first-timeout", 0, False)
     free_dir(args.out, "--out")
+    from ..artifacts import rundir
+
+    used = [] if getattr(args, "resume", False) or args.out is None else rundir.used_by_a_run(args.out)
+    if used:
+        # Refused rather than started afresh inside: a fresh run would have to delete the old rows and fixtures
+        # (findings perhaps copied nowhere yet) or mix them with its own under one summary (a clean run of a fixed
+        # plug-in then reported the old finding, exit 1). Continuing a run (a killed one: crash recovery from its
+        # write-ahead log) is explicit: --resume.
+        raise UsageError(f"--out {args.out} holds a run already ({', '.join(used[:3])}): give another --out, or "
+                         "--resume to continue that run")
     from ..checking import interface
     from . import campaign
 
