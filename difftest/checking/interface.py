@@ -180,7 +180,8 @@ def from_adapter_module(module):
     """An Impl from an impls/flashinfer or impls/sglang module (NAME, OP, DETERMINISTIC, RECIPE, available(),
     unsupported(config), run(config, inputs)): the adapters take the case's config, not the case. The adapters are
     kept with the case model, so they are of its contract (case.CONTRACT) unless one says otherwise (CONTRACT,
-    CAPABILITIES); what they do not take they decline. A module
+    CASE_CAPABILITIES; an adapter's CAPABILITIES are the devices it runs on); what they do not take they decline.
+    A module
     whose recipe depends on the configuration defines ``recipe_for(config)``, returning a recipe name (impls/ never
     imports spec/), instead of naming one RECIPE. A module with ``version()`` names its own package version
     (otherwise flashinfer-python's); one with SPACE gives a SpacedImpl (the configurations it covers)."""
@@ -200,7 +201,7 @@ def from_adapter_module(module):
         recipe=recipe,
         run=lambda case, inputs: module.run(case.config, with_stacked_weights(case, inputs)),
         contract=getattr(module, "CONTRACT", CONTRACT),
-        capabilities=tuple(getattr(module, "CAPABILITIES", ())),
+        capabilities=tuple(getattr(module, "CASE_CAPABILITIES", ())),  # CAPABILITIES: the devices (SM x.y)
     )
     space = getattr(module, "SPACE", None)
     return Impl(**fields) if space is None else SpacedImpl(**fields, space=space)

@@ -21,13 +21,14 @@ from collections import Counter
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from .case import CHECKS, Case, CaseError
+from .case import CHECKS, Case, CaseError, MoEConfig, QuantConfig, RoutingConfig
 from .strategies import REACHABLE, SLICES
 from .where import MOE_STRATEGY_FIELDS, parse
 from .where import _get as get_field
 from .where import _set as set_field
 
 REFUSED_AFTER = 2  # declines a probed value must cause, with no compared case having it, before it is refused
+REPAIR_DEPTH = 6  # single changes tried in a row to repair a decline that no one change repairs
 PROBES_PER_CELL = 64  # declined cases probed per cell: a cell whose declines taught nothing stops paying for probes
 
 
@@ -96,7 +97,14 @@ class Refusals:
         return [(field, value)]
 
     def _causes(self, impl, case):
-        """(field, value) of `case` whose change alone makes `impl` accept it."""
+        """(field, value) of `case` whose change alone makes `impl` accept it; when none does (a case that breaks
+        several of its constraints at once), the fields of the repair path (_repair), each one of several causes."""
+        out = [(field, value) for field, value, other, reason in self._changes(impl, case) if not reason]
+        return out or [(field, value) for field, value in self._repair(impl, case)[1:]]
+
+    def _changes(self, impl, case):
+        """(field, value, other, the decline of the case with other in its place, "" if accepted) for each single
+        change of a finite field that the case model accepts."""
         config, out = case.config, []
         for field, domain in probe_domains(self.op).items():
             try:
@@ -111,13 +119,29 @@ class Refusals:
                 try:
                     probe = set_field(config, self.op, field, other)
                     CHECKS[self.op](probe)
-                    accepted = not impl.unsupported(Case(case.op, probe, case.dist, case.seed, case.weight_seed))
+                    reason = impl.unsupported(Case(case.op, probe, case.dist, case.seed, case.weight_seed)) or ""
                 except (CaseError, TypeError, ValueError):
                     continue
-                if accepted:
-                    out.append((field, value))
-                    break
+                out.append((field, value, other, str(reason)))
         return out
+
+    def _repair(self, impl, case, depth=REPAIR_DEPTH):
+        """A path of single changes that makes `impl` accept `case`: at each step a change after which the
+        decline's reason is gone (a fixed constraint, not merely an earlier one failing instead: the fields the
+        reason names are tried first, and no field changes twice). [True, (field, old value), ...] when one is
+        found within `depth` steps, else [False]. The reason's words only order the tries; acceptance decides."""
+        from dataclasses import replace
+
+        path, reason = [], str(impl.unsupported(case) or "")
+        while reason and len(path) < depth:
+            changed = {f for f, _ in path}
+            steps = [c for c in self._changes(impl, case) if c[0] not in changed and c[3] != reason]
+            if not steps:
+                return [False]
+            field, value, other, reason = min(steps, key=lambda c: _likely_fix(c, reason, self.op))
+            path.append((field, value))
+            case = replace(case, config=set_field(case.config, self.op, field, other))
+        return [True, *path] if not reason else [False]
 
     # -- using it
 
@@ -204,6 +228,23 @@ class Refusals:
 def database_key(impl_name, impl_ref, op):
     """The key under which a cell's refusals are kept (one per implementation and op, whatever the slice)."""
     return b"difftest-refusals:" + hashlib.sha256(f"{impl_name}|{impl_ref}|{op}".encode()).hexdigest().encode()
+
+
+def _likely_fix(change, reason, op):
+    """Sort key of a single change as the repair of a decline: a field the reason names first (a word of its name of
+    three letters or more), the slice's own field last (changing it fails an earlier check, not the one at hand),
+    then a change to the field's default value first."""
+    field, _, other, _ = change
+    text = reason.lower()
+    named = any(len(word) >= 3 and word in text for word in field.split("_") if word != "num")
+    default = getattr(_DEFAULTS.get(op), field, object()) == other or getattr(_DEFAULTS["routing"], field,
+                                                                              object()) == other
+    return (not named, field == SLICES[op][0], not default)
+
+
+_DEFAULTS = {"routing": RoutingConfig("renormalize", 1, 1, 1),
+             "moe": MoEConfig(RoutingConfig("renormalize", 1, 1, 1), 1, 1),
+             "quant": QuantConfig("fp8_group", 1, 128)}
 
 
 def _declines(impl, case):

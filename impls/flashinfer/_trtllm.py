@@ -33,6 +33,16 @@ def activation_type(activation):
     return getattr(ActivationType, ACTIVATIONS[activation])
 
 
+def space(quant, activations, logits_dtypes=("fp32", "bf16")):
+    """The configurations an entry point takes, in the case model's terms (difftest/model/where.py), as far as single
+    fields say it; unsupported() below keeps the combinations (E % 4, groups, top_k limits)."""
+    return {"quant": quant, "activation": list(activations), "method": list(METHODS),
+            "logits_dtype": list(logits_dtypes), "scale_fmt": "fp32", "expert_weights": "prepared",
+            "num_fused_shared_experts": 0, "router_weight_on_input": False, "rsf_placement": "routing",
+            "hidden_size": [128, 256, 384, 512], "intermediate_size": [128, 256], "num_experts": "8..512",
+            "topk_group": "1..4"}
+
+
 def unsupported(config, *, quant, activations, logits_dtypes=("fp32", "bf16")):
     """Checks common to the trtllm-gen entry points (launcher limits, docs/semantics.md §5.1); None or the
     violated one."""

@@ -24,6 +24,11 @@ LOGITS_DTYPES = ("fp32", "bf16")
 def available():
     return first_problem(flashinfer_problem, lambda: cuda_problem(CAPABILITIES))
 
+# What unsupported() takes, field by field (difftest/model/where.py); it keeps the group limits (_limits).
+SPACE = {"method": "deepseek_v3", "logits_dtype": "fp32", "renormalize": True, "eps": EPS,
+         "num_fused_shared_experts": 0, "tile_tokens_dim": None, "num_tokens": "1..", "top_k": "1..8",
+         "n_group": [1, 2, 4, 8], "topk_group": "1..4"}
+
 
 def unsupported(config):
     """None when a RoutingConfig-like ``config`` is within the kernel's limits; else the violated one."""

@@ -41,6 +41,13 @@ E, I, H, MAX_TOKENS, BLOCK = 256, 512, 2048, 8, 128
 SCORING = {"renormalize": ("softmax", True), "default": ("softmax", False),
            "sigmoid_renorm": ("sigmoid", True), "sigmoid": ("sigmoid", False)}
 
+# The kernel's one shape and semantics, field by field (difftest/model/where.py): what unsupported() takes.
+SPACE = {"num_experts": E, "intermediate_size": I, "hidden_size": H, "num_tokens": f"1..{MAX_TOKENS}", "top_k": "1..8",
+         "method": list(SCORING), "logits_dtype": "bf16", "bias_dtype": None, "routed_scaling_factor": None,
+         "num_fused_shared_experts": 0, "quant": "fp8_block", "hidden_dtype": "bf16", "activation": "swiglu",
+         "local_expert_offset": 0, "local_num_experts": None, "rsf_placement": "routing",
+         "router_weight_on_input": False, "scale_fmt": "fp32", "expert_weights": "prepared"}
+
 
 def available():
     return first_problem(flashinfer_problem, lambda: cuda_problem(CAPABILITIES))

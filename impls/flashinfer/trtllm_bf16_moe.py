@@ -15,6 +15,8 @@ RECIPE = "flashinfer_trtllm_bf16"  # spec/recipes.py TRTLLM_BF16
 ACTIVATIONS = ("swiglu", "relu2")
 available = _trtllm.available
 
+SPACE = _trtllm.space("bf16", ACTIVATIONS) | {"hidden_dtype": "bf16"}  # what unsupported() takes, field by field
+
 
 def unsupported(config):
     problem = _trtllm.unsupported(config, quant="bf16", activations=ACTIVATIONS)

@@ -21,6 +21,8 @@ ACTIVATIONS = ("swiglu", "geglu", "relu2", "identity")
 SF_VEC = 16
 available = _trtllm.available
 
+SPACE = _trtllm.space("nvfp4", ACTIVATIONS)  # what unsupported() takes, field by field
+
 
 def unsupported(config):
     return _trtllm.unsupported(config, quant="nvfp4", activations=ACTIVATIONS)

@@ -16,6 +16,8 @@ DETERMINISTIC = True
 RECIPE = "flashinfer_trtllm_fp8_block"  # spec/recipes.py TRTLLM_FP8_BLOCK
 available = _trtllm.available
 
+SPACE = _trtllm.space("fp8_block", ("swiglu",))  # what unsupported() takes, field by field
+
 
 def unsupported(config):
     return _trtllm.unsupported(config, quant="fp8_block", activations=("swiglu",))
