@@ -39,8 +39,8 @@ def space(quant, activations, logits_dtypes=("fp32", "bf16")):
     return {"quant": quant, "activation": list(activations), "method": list(METHODS),
             "logits_dtype": list(logits_dtypes), "scale_fmt": "fp32", "expert_weights": "prepared",
             "num_fused_shared_experts": 0, "router_weight_on_input": False, "rsf_placement": "routing",
-            "hidden_size": [128, 256, 384, 512], "intermediate_size": [128, 256], "num_experts": "8..512",
-            "topk_group": "1..4"}
+            "hidden_size": [128, 256], "intermediate_size": [128, 256], "num_experts": [8, 16, 32, 64, 128],
+            "topk_group": "1..4"}  # sizes: multiples of 128 and of 4 (E); at most 128 experts' weights per case
 
 
 def unsupported(config, *, quant, activations, logits_dtypes=("fp32", "bf16")):
