@@ -155,6 +155,10 @@ def test_every_adapter_imports_from_its_embedded_copy_alone(tmp_path):
     its spec and difftest unimportable; and they are the repository's files verbatim."""
     names = sorted(interface.adapter_names().values())
     assert len(names) >= 10, names
+    # imports made inside functions and from another package, and a source file the JIT build reads: carried too
+    assert {"impls/flashinfer/_trtllm_gen_ops.py", "impls/flashinfer/csrc/trtllm_gen_dev_kernels.cu"} <= set(
+        embed.files("impls.flashinfer.trtllm_gen_dev_ops"))
+    assert "impls/flashinfer/_env.py" in embed.files("impls.sglang.per_token_group_quant_8bit_v1")
     for module in names:
         for rel, text in embed.files(module).items():
             assert eval(embed.literal(text)) == text == (ROOT / rel).read_text(encoding="utf-8")  # noqa: S307
