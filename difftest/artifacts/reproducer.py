@@ -489,12 +489,8 @@ def kind_of_reference(ref):
 
 def adapter_summary(module):
     """The adapter module's docstring's first paragraph, on one line: what it runs and through which call."""
-    doc = ast_docstring(embed.module_file(module))
+    doc = ast.get_docstring(ast.parse(embed.module_file(module).read_text(encoding="utf-8"))) or ""
     return " ".join(doc.split("\n\n")[0].split())
-
-
-def ast_docstring(path):
-    return ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
 
 
 def needs(kind, target):
@@ -537,8 +533,7 @@ def script_text(fx, npz_name, script_dir):
     else:
         where, _, name = target.rpartition(":")
         if where.endswith(".py"):  # a file reference: as seen from the script's directory
-            path = (Path.cwd() / where).resolve() if not Path(where).is_absolute() else Path(where)
-            target = f"{_relative(path, Path(script_dir).resolve())}:{name}"
+            target = f"{_relative(_plugin_file(where, fx.path), Path(script_dir).resolve())}:{name}"
         loader, files = REFERENCE_LOADER, ""
         about = f"Runs {fx.meta['impl']['name']} ({target})."
         constants = (f"IMPL = {target!r}  # path/file.py:NAME (relative to this script) or module:NAME\n"
@@ -563,6 +558,15 @@ def write_script(fx, path):
     np.savez(npz, **script_arrays(fx))
     path.write_text(script_text(fx, npz.name, path.parent), encoding="utf-8")
     return path, npz
+
+
+def _plugin_file(where, fixture_dir):
+    """A plug-in file reference as an absolute path: relative to the working directory (as campaigns record it),
+    else to the fixture's directory where only that one exists."""
+    if Path(where).is_absolute():
+        return Path(where)
+    here, beside = (Path.cwd() / where).resolve(), (Path(fixture_dir) / where).resolve()
+    return beside if not here.is_file() and beside.is_file() else here
 
 
 def _imports(kind):
