@@ -44,7 +44,12 @@ def cmd_show(args):
         print(line)
     for name, outcome, detail in replay.replay_fixture(fx, [fx.impl_ref]):
         print(f"now: {name} {outcome} {detail}")
-    if args.script:
+    if args.report:
+        from .artifacts import bugreport
+
+        report, script, npz = bugreport.write(fx, args.report, args.script)
+        print(f"bug report: {report}; reproducer: python {script} (inputs, expected values and bounds in {npz})")
+    elif args.script:
         script, npz = reproducer.write_script(fx, args.script)
         print(f"reproducer: python {script} (inputs, expected values and bounds in {npz})")
     return 0
@@ -147,7 +152,11 @@ def parser():
     s.add_argument("fixture")
     s.add_argument("--script", metavar="OUT.py",
                    help="also write a standalone reproducer (numpy inputs in OUT.npz, the call, the expected "
-                        "values and bounds) that runs without Hypothesis and exits 1 while the bug is there")
+                        "values and bounds) that runs without Hypothesis and exits 1 while the bug is there, 0 once "
+                        "fixed, 2 where it cannot run")
+    s.add_argument("--report", metavar="OUT.md",
+                   help="also write a bug report for the kernel's maintainers, with its reproducer (--script, default "
+                        "repro.py beside it)")
     return p
 
 

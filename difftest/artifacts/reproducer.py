@@ -1,59 +1,140 @@
 """`show`'s view of a fixture and `show --script`'s standalone reproducer.
 
-The spec's output and an element-wise bound, at the spec's own ids, for each output the reproducer checks:
-routing ids (as sets per token) and weights (by id, within the recipe's bound), quant codes and scales
-(bit-exact), the moe layer's out (within the recipe's bound; tokens within 2δ of a routing tie are not
-bounded, +inf). The checks a reproducer runs are the functions below marked STANDALONE, copied into the
-script by their source: numpy only, so the script runs without Hypothesis (and, for routing and quant,
-without difftest: the case is then a namespace of its configuration).
+What a reproducer checks each output against comes from the spec at writing time (reference(), stored in the npz
+beside the script), so the script compares without the spec: the spec's value and an element-wise bound (0:
+bit-exact, +inf: not bounded) or an interval [low, high]. Routing ids are compared as sets per token where the
+spec's selection wins by more than 4δ (compare.robust: then no other set is valid); at a near tie another set may be
+valid and the script leaves the token to difftest. Routing weights are compared by id, within the recipe's bound;
+the trtllm-gen permutation by its layout rules at the implementation's own ids (spec/permutation.py's checker);
+quant codes, scales and the scale buffer (read through the layout's strides) bit-exact; the moe layer's out within
+the recipe's bound (tokens within 2δ of a routing tie unbounded); a trtllm_ops kernel by compare_trtllm_ops' rules,
+an interval over the allowed scales where it requantizes. The checks are the functions below marked STANDALONE,
+copied into the script by their source: numpy only.
 
-The difftest comparison is the judge (it accepts another valid selection within 2δ of a routing tie); a
-reproducer at the spec's ids is stricter there, and says so when ids differ.
+The implementation: a FlashInfer or SGLang adapter is embedded in the script (difftest/artifacts/embed.py: the
+adapter and the project modules it imports, verbatim), so the script needs numpy, torch and the kernel's package,
+not this project. Any other reference is imported by the script: this project's own implementations (torch,
+torch-cuda: impls/torch_eager; the self-test's bug:/tie_order: models) need moe-difftest on the path, a plug-in its
+file (relative to the script) or module. Exit status 1 while the bug is there, 0 once fixed, 2 when it cannot run.
+
+The difftest comparison stays the judge (`python -m difftest replay`); a reproducer's checks are the same rules or,
+where a requantization may pick another scale or a token is a near tie, looser.
 """
 
+import ast
+import dataclasses
 import inspect
 import json
+import os
+import textwrap
 from pathlib import Path
+from string import Template
 
 import numpy as np
 
+from spec import layouts, permutation
+from spec.permutation import check_permutation, local_expert_ids  # in the script: copied (PERMUTATION)
 from spec.recipes import DEFAULT
 
 from ..checking import compare, impl_spec, interface
 from ..checking.check import read_only
 from ..model.case import CaseError
+from . import embed
 
 SHOWN = 5  # elements listed per output
-SHOWN_OPS = ("routing", "quant", "moe")
+PARTS = ("input", "expected", "bound", "low", "high", "decode", "index", "robust")
+TIMEOUT_S = 1800  # a reproducer's run past it is a hang; generous: a first run may JIT-build the kernel for minutes
+KERNEL_PACKAGES = {"impls.flashinfer": "flashinfer-python (and apache-tvm-ffi)",
+                   "impls.sglang": "sglang-kernel (its sgl_kernel package)"}
 
 
 def reference(case, inputs, recipe):
-    """{name: (expected, bound)}: bound +inf where nothing is bounded, 0 where bits must match."""
+    """{part: {output name: array}} of what each output is checked against (module docstring; PARTS but input)."""
+    parts = {p: {} for p in PARTS[1:]}
     c = case.config
     if case.op == "quant":
-        q = impl_spec.quantize(c, inputs)
-        return {k: (np.asarray(q[k]), np.zeros(np.shape(q[k]))) for k in ("q", "scales")}
-    if case.op == "routing":
-        k = c.top_k
-        spec = impl_spec.route(c, inputs, recipe)
-        order = np.argsort(spec.ids[:, :k], axis=1)
-        ids = np.take_along_axis(spec.ids[:, :k], order, axis=1).astype(np.int64)
-        w = np.take_along_axis(spec.weights[:, :k], order, axis=1)
-        absolute, degenerate = compare.underflow_term(c, inputs, ids, recipe)
-        bound = compare.weight_bound(c, recipe, w, inputs=inputs, ids=ids) + np.where(
-            degenerate[:, None], 0.0, 2 * absolute)
-        shared = compare.weight_bound(c, recipe, spec.weights[:, k:])
-        return {"ids": (spec.ids, np.zeros(spec.ids.shape)),
-                "weights": (np.concatenate([w, spec.weights[:, k:]], axis=1),
-                            np.concatenate([bound, shared], axis=1))}
-    used = recipe or DEFAULT
-    spec = impl_spec.layer(case, inputs, used)
-    hard, _ = compare.bounds.bound_vs_recipe(spec, used)
-    if recipe is None:
-        hard = hard + compare.bounds.bound_vs_ideal(spec, used)
-    _, _, delta, gdelta = compare.keys64(c.routing, inputs, used)
-    keep = compare.robust(spec, delta, gdelta)
-    return {"out": (spec.out, np.where(keep[:, None], hard, np.inf))}
+        _quant_reference(c, inputs, parts)
+    elif case.op == "routing":
+        _routing_reference(c, inputs, recipe, parts)
+    elif case.op == "trtllm_ops":
+        _dev_reference(c, inputs, parts)
+    else:
+        used = recipe or DEFAULT
+        spec = impl_spec.layer(case, inputs, used)
+        hard, _ = compare.bounds.bound_vs_recipe(spec, used)
+        if recipe is None:
+            hard = hard + compare.bounds.bound_vs_ideal(spec, used)
+        _, _, delta, gdelta = compare.keys64(c.routing, inputs, used)
+        keep = compare.robust(spec, delta, gdelta)
+        _routing_reference(compare.moe_routing(c), inputs, recipe, parts)  # for exposed ids and weights
+        parts["expected"]["out"], parts["bound"]["out"] = spec.out, np.where(keep[:, None], hard, np.inf)
+    return parts
+
+
+def _quant_reference(c, inputs, parts):
+    """Codes and logical scales bit-exact; the scale buffer's logical elements, read through the layout's strides
+    (index: each element's offset in the buffer, in elements of the layout's dtype), bit-exact."""
+    q = impl_spec.quantize(c, inputs)
+    layout = q["layout"]
+    for k in ("q", "scales"):
+        parts["expected"][k], parts["bound"][k] = np.asarray(q[k]), np.zeros(np.shape(q[k]))
+    parts["expected"]["scale_buffer"] = layouts.view(layout).copy()
+    parts["bound"]["scale_buffer"] = np.zeros(parts["expected"]["scale_buffer"].shape)
+    parts["index"]["scale_buffer"] = layouts.view(layout._replace(data=np.arange(layout.data.size))).copy()
+
+
+def _routing_reference(c, inputs, recipe, parts):
+    """The spec's ids, its weights by id (routed, then shared) within the recipe's bound, and which tokens' ids
+    are robust (no other selection is valid)."""
+    k = c.top_k
+    spec = impl_spec.route(c, inputs, recipe)
+    order = np.argsort(spec.ids[:, :k], axis=1)
+    ids = np.take_along_axis(spec.ids[:, :k], order, axis=1).astype(np.int64)
+    w = np.take_along_axis(spec.weights[:, :k], order, axis=1)
+    absolute, degenerate = compare.underflow_term(c, inputs, ids, recipe)
+    bound = compare.weight_bound(c, recipe, w, inputs=inputs, ids=ids) + np.where(
+        degenerate[:, None], 0.0, 2 * absolute)
+    shared = compare.weight_bound(c, recipe, spec.weights[:, k:])
+    _, _, delta, gdelta = compare.keys64(c, inputs, recipe)
+    parts["expected"].update(ids=spec.ids, weights=np.concatenate([w, spec.weights[:, k:]], axis=1))
+    parts["bound"]["weights"] = np.concatenate([bound, shared], axis=1)
+    parts["robust"]["ids"] = compare.robust(spec, delta, gdelta)
+
+
+def _dev_reference(c, inputs, parts):
+    """A trtllm-gen dev kernel: copies bit-exact; a store by the rounding rule (unmapped rows exactly 0); a DeepSeek
+    FP8 requantization's scales in their interval and its values in the union of the intervals the allowed scales
+    give (unbounded where the scale may flush to 0). e4m3 codes are compared as the values they decode to."""
+    want = impl_spec.dev_kernel(c, inputs)
+    if c.kernel in ("permute", "convertsf"):
+        parts["expected"].update(want)
+        parts["bound"].update({k: np.zeros(np.shape(v)) for k, v in want.items()})
+        return
+    v, delta, rows = compare.dev_allowance(c, inputs)
+    dtype = "e4m3" if c.kernel == "activation_deepseek_fp8" else c.dtype
+    if dtype == "e4m3":
+        parts["decode"]["out"] = impl_spec.dev_values(np.arange(256, dtype=np.uint8), "e4m3")
+    r = rows[:, None]
+    if c.kernel in ("activation", "finalize"):
+        stored, hard = compare.stored_bound(v, delta, dtype)
+        parts["expected"]["out"], parts["bound"]["out"] = np.where(r, stored, 0), np.where(r, hard, 0)
+        return
+    s_lo, s_hi = compare.deepseek_fp8_scales(v, delta)
+    parts["low"]["out_scale"], parts["high"]["out_scale"] = np.where(rows, s_lo, 0), np.where(rows, s_hi, 0)
+    ends = [compare.deepseek_fp8_values(v, delta, np.where(s > 0, s, 1.0), dtype) for s in (s_lo, s_hi)]
+    free = np.repeat(s_lo.T == 0, 128, axis=1)
+    lo = np.where(free, -np.inf, np.minimum(ends[0][0], ends[1][0]))
+    hi = np.where(free, np.inf, np.maximum(ends[0][1], ends[1][1]))
+    parts["low"]["out"], parts["high"]["out"] = np.where(r, lo, 0), np.where(r, hi, 0)
+
+
+def config_dict(config):
+    """A configuration's fields (the moe config's routing nested) and its derived properties, as plain values: what
+    the script's configuration namespace holds, so an adapter reads the attributes it reads from the dataclass."""
+    d = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    d = {k: config_dict(v) if dataclasses.is_dataclass(v) else v for k, v in d.items()}
+    return {**d, **{name: getattr(config, name) for name, attr in vars(type(config)).items()
+                    if isinstance(attr, property)}}
 
 
 # ---- STANDALONE: copied into the reproducer script (numpy only)
@@ -75,28 +156,103 @@ def compact(a, edge=3):
     return f"{a.dtype} {a.shape}{rng}: [{show}]"
 
 
-def violations(op, top_k, out, expected, bound):
-    """[(ratio, name, index, got, want, bound)] of every element outside its bound, worst first. Routing:
-    ids compared as sets per token, weights by id on the tokens whose sets agree."""
-    rows = []
+def violations(op, config, out, ref):
+    """(rows, notes): a row (ratio, kind, name, index, got, want, bound) for every checked element outside what ref
+    allows, worst first; notes say what was left unchecked and why. ref: the reference's parts by name."""
+    rows, notes, names = [], [], sorted(set(ref["expected"]) | set(ref["low"]))
     if op == "routing":
-        ids, w = np.asarray(out["ids"]), np.asarray(out["weights"], np.float64)
-        want_ids = np.asarray(expected["ids"])
-        same = (np.sort(ids[:, :top_k], axis=1) == np.sort(want_ids[:, :top_k], axis=1)).all(axis=1)
-        same &= (ids[:, top_k:] == want_ids[:, top_k:]).all(axis=1)
-        for t in np.flatnonzero(~same):
-            rows.append((np.inf, "ids", (int(t),), sorted(ids[t].tolist()), sorted(want_ids[t].tolist()), 0.0))
-        order = np.argsort(ids[:, :top_k], axis=1)
-        by_id = np.concatenate([np.take_along_axis(w[:, :top_k], order, axis=1), w[:, top_k:]], axis=1)
-        checked = {"weights": (by_id[same], np.asarray(expected["weights"])[same], bound["weights"][same],
-                               np.flatnonzero(same))}
+        rows, notes = routing_rows(config, out, ref)
+        names = []
+    elif op == "moe":  # the router's ids and weights where the layer exposes them, as the routing op's
+        names = ["out"]
+        if "ids" in out and "weights" in out:
+            rows, notes = routing_rows({**config["routing"], "tile_tokens_dim": None}, out, ref)
+        free = np.flatnonzero(np.isposinf(ref["bound"]["out"]).all(axis=1))
+        if free.size:
+            notes.append(f"out of tokens {free[:8].tolist()} ({free.size} in all) not checked: a routing tie "
+                         "within 2δ leaves their selection open (python -m difftest replay decides)")
+    for name in names:
+        if name not in out:
+            rows.append((np.inf, "shape", name, (), "missing", "an output", 0.0))
+        else:
+            rows += element_rows(name, output_values(name, out, ref), ref)
+    return sorted(rows, key=lambda r: -r[0]), notes
+
+
+def routing_rows(config, out, ref):
+    """Ids as sets per token where robust, weights by id where the sets agree, then the permutation if any."""
+    k = config["top_k"]
+    ids, w = np.asarray(out["ids"]), np.asarray(out["weights"], np.float64)
+    want = np.asarray(ref["expected"]["ids"])
+    if ids.shape != want.shape or w.shape != want.shape:
+        return [(np.inf, "shape", "ids, weights", (), f"shapes {ids.shape}, {w.shape}", f"{want.shape}", 0.0)], []
+    same = (np.sort(ids[:, :k], axis=1) == np.sort(want[:, :k], axis=1)).all(axis=1)
+    same &= (ids[:, k:] == want[:, k:]).all(axis=1)
+    robust = np.asarray(ref["robust"]["ids"], bool)
+    rows = [(np.inf, "ids", "ids", (int(t),), sorted(ids[t].tolist()), sorted(want[t].tolist()), 0.0)
+            for t in np.flatnonzero(~same & robust)]
+    near = np.flatnonzero(~same & ~robust)
+    notes = [f"ids of tokens {near[:8].tolist()} differ from the spec's at a near tie (margin within 4δ), where "
+             "another set may be valid: not checked here (python -m difftest replay decides)"] if near.size else []
+    order = np.argsort(ids[:, :k], axis=1)
+    by_id = np.concatenate([np.take_along_axis(w[:, :k], order, axis=1), w[:, k:]], axis=1)
+    rows += element_rows("weights", by_id[same], ref, rows_at=np.flatnonzero(same), keep=same)
+    if config.get("tile_tokens_dim") is not None:
+        if rows:
+            notes.append("the permutation is checked once ids and weights agree")
+        else:
+            rows += permutation_rows(config, out)
+    return rows, notes
+
+
+def permutation_rows(config, out):
+    """The padded per-expert layout at the implementation's own ids (spec/permutation.py's rules)."""
+    missing = [k for k in PERMUTATION_KEYS if k not in out]
+    if missing:
+        return [(np.inf, "permutation", "permutation", (), f"no {missing}", "", 0.0)]
+    L, S = config["num_local_experts"], config["num_fused_shared_experts"]
+    local = local_expert_ids(out["ids"], config["num_experts"], config["local_expert_offset"], L, S)
+    try:
+        problems = check_permutation(local, L + S, config["tile_tokens_dim"],
+                                     **{k: np.asarray(out[k]) for k in PERMUTATION_KEYS})
+    except ValueError as e:
+        problems = [str(e)]
+    return [(np.inf, "permutation", "permutation", (), p, "", 0.0) for p in problems]
+
+
+def output_values(name, out, ref):
+    """Output `name` as the reference holds it: a raw buffer read at its elements' offsets (index), uint8 codes
+    as the values they decode to (decode)."""
+    got = np.asarray(out[name])
+    if name in ref["index"]:
+        dtype, at = ref["expected"][name].dtype, ref["index"][name]
+        raw = np.ascontiguousarray(got).view(np.uint8).ravel()
+        if raw.size % dtype.itemsize or (at.size and raw.size // dtype.itemsize <= at.max()):
+            return f"a buffer of {raw.size} bytes"
+        got = raw.view(dtype)[at]
+    if name in ref["decode"]:
+        got = ref["decode"][name][got.astype(np.int64)]
+    return got
+
+
+def element_rows(name, got, ref, rows_at=None, keep=None):
+    """Rows of the elements of `got` outside ref's interval (low, high: both infinite = unchecked) or outside
+    expected ± bound (0: bit-exact; NaN matches NaN; e4m3 NaN codes 0x7f / 0xff are one NaN). rows_at maps got's
+    first index to the output's; keep selects the reference's rows."""
+    sel = (lambda a: np.asarray(a)) if keep is None else (lambda a: np.asarray(a)[keep])
+    interval = name in ref["low"]
+    want = sel(ref["low"][name] if interval else ref["expected"][name])
+    if isinstance(got, str) or np.shape(got) != want.shape:
+        shown = got if isinstance(got, str) else f"shape {np.shape(got)}"
+        return [(np.inf, "shape", name, (), shown, f"shape {want.shape}", 0.0)]
+    if interval:
+        lo, hi, g = want.astype(np.float64), sel(ref["high"][name]).astype(np.float64), got.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ratio = np.where((np.isneginf(lo) & np.isposinf(hi)) | ((lo <= g) & (g <= hi)), 0.0, np.inf)
+        bound = None
     else:
-        checked = {k: (np.asarray(out[k]), np.asarray(expected[k]), bound[k], None) for k in expected}
-    for name, (got, want, b, rows_at) in checked.items():
-        if got.shape != want.shape:
-            rows.append((np.inf, name, (), f"shape {got.shape}", f"shape {want.shape}", 0.0))
-            continue
-        if want.dtype.kind in "ui" or np.all(b == 0):  # bit-exact (NaN codes 0x7f / 0xff are one NaN)
+        bound = sel(ref["bound"][name])
+        if want.dtype.kind in "ui" or np.all(bound == 0):  # bit-exact
             g, e = got.astype(want.dtype), want
             if want.dtype == np.uint8:
                 g, e = np.where((g & 0x7F) == 0x7F, 0x7F, g), np.where((e & 0x7F) == 0x7F, 0x7F, e)
@@ -106,30 +262,60 @@ def violations(op, top_k, out, expected, bound):
             g, e = got.astype(np.float64), want.astype(np.float64)
             same = (g == e) | (np.isnan(g) & np.isnan(e))
             with np.errstate(invalid="ignore", divide="ignore"):
-                ratio = np.where(same | np.isposinf(b), 0.0, np.abs(g - e) / b)
+                ratio = np.where(same | np.isposinf(bound), 0.0, np.abs(g - e) / bound)
             ratio = np.where(np.isnan(ratio), np.inf, ratio)
-        for at in np.argwhere(ratio > 1.0):
-            at = tuple(int(i) for i in at)
-            index = at if rows_at is None else (int(rows_at[at[0]]), *at[1:])
-            rows.append((float(ratio[at]), name, index, got[at].item(), want[at].item(), float(b[at])))
-    return sorted(rows, key=lambda r: -r[0])
+    rows = []
+    for at in np.argwhere(ratio > 1.0):
+        at = tuple(int(i) for i in at)
+        index = at if rows_at is None else (int(rows_at[at[0]]), *at[1:])
+        if interval:
+            rows.append((np.inf, "interval", name, index, float(g[at]), (float(lo[at]), float(hi[at])), None))
+        elif want.dtype.kind == "i":  # codes and words: as unsigned bits, shown in hex
+            bits = want.dtype.str.replace("i", "u")
+            got_bits, want_bits = np.asarray(got[at], want.dtype).view(bits), np.asarray(want[at]).view(bits)
+            rows.append((np.inf, "exact", name, index, int(got_bits), int(want_bits), 0.0))
+        else:
+            kind = "exact" if want.dtype.kind == "u" or np.all(bound == 0) else "bounded"
+            rows.append((float(ratio[at]), kind, name, index, got[at].item(), want[at].item(), float(bound[at])))
+    return rows
 
 
 def describe(row):
-    ratio, name, index, got, want, bound = row
+    """One line per row of violations()."""
+    ratio, kind, name, index, got, want, bound = row
     at = "[" + ", ".join(map(str, index)) + "]"
-    if name == "ids":
-        return f"ids{at}={got} but spec={want} (a near tie may allow another set; difftest decides)"
-    if not isinstance(got, float):
-        return f"{name}{at}={got} but spec={want} (bit-exact required)"
+    if kind == "ids":
+        return f"ids{at}={got} but spec={want} (the spec's set wins by more than 4δ: no other set is valid)"
+    if kind == "permutation":
+        return f"permutation: {got}"
+    if kind == "shape":
+        return f"{name}: {got} but the spec has {want}"
+    if kind == "interval":
+        return f"{name}{at}={got:.9g} outside [{want[0]:.9g}, {want[1]:.9g}]"
+    if kind == "exact":
+        shown = (f"{got:#x} but spec={want:#x}" if isinstance(got, int) and name != "ids"
+                 else f"{got!r} but spec={want!r}")
+        return f"{name}{at}={shown} (bit-exact required)"
     return f"{name}{at}={got:.6g} but spec={want:.6g}: |diff| {abs(got - want):.3g} > bound {bound:.3g} ({ratio:.3g}x)"
+
+
+STANDALONE = (compact, violations, routing_rows, permutation_rows, output_values, element_rows, describe)
+PERMUTATION = (permutation.Layout, permutation._require, permutation._check_ids, permutation.local_expert_ids,
+               permutation.counts, permutation.padded_counts, permutation.offsets, permutation.cta_idx_xy_to_batch_idx,
+               permutation.cta_idx_xy_to_mn_limit, permutation.layout, permutation.check_permutation)
+PERMUTATION_KEYS = compare.PERMUTATION_KEYS
 
 
 # ---- show
 
 
+def parts_of(arrays):
+    """{part: {name: array}} of the npz's "part.name" arrays."""
+    return {p: {k.split(".", 1)[1]: arrays[k] for k in arrays if k.startswith(p + ".")} for p in PARTS}
+
+
 def outputs(fx):
-    """(implementation outputs or the exception line, {name: (expected, bound)})."""
+    """(implementation outputs or the exception line, the reference's parts)."""
     impl = interface.load(fx.impl_ref)
     ref = reference(fx.case, fx.inputs, fx.recipe)
     try:
@@ -142,8 +328,7 @@ def show_lines(fx):
     """Compact inputs, then the implementation next to the spec at its worst elements."""
     lines = [f"input {k}: {compact(a)}" for k, a in fx.inputs.items()]
     impl = interface.load(fx.impl_ref)
-    reason = (f"show compares routing, quant and moe, not {fx.case.op}" if fx.case.op not in SHOWN_OPS
-              else None) or impl.available() or (f"a {fx.kind} fixture is run isolated only (replay)"
+    reason = impl.available() or (f"a {fx.kind} fixture is run isolated only (replay)"
                                   if fx.kind in ("crash", "hang") else None)
     if reason:
         return lines + [f"outputs not shown: {reason}"]
@@ -157,126 +342,250 @@ def show_lines(fx):
         return lines + [f"now: {fx.meta['impl']['name']} raised {out}"]
     for k, a in out.items():
         lines.append(f"output {k}: {compact(a)}")
-    expected = {k: e for k, (e, _) in ref.items()}
-    bad = violations(fx.case.op, _top_k(fx.case), out, expected, {k: b for k, (_, b) in ref.items()})
+    bad, notes = violations(fx.case.op, config_dict(fx.case.config), out, ref)
     lines.append(f"worst elements (implementation vs spec at the spec's ids; {len(bad)} outside the bound):")
     lines += [f"  {describe(r)}" for r in bad[:SHOWN]] or ["  none: every checked element is within its bound"]
-    return lines
-
-
-def _top_k(case):
-    return case.config.top_k if case.op == "routing" else case.config.routing.top_k if case.op == "moe" else 0
+    return lines + [f"  note: {n}" for n in notes]
 
 
 # ---- show --script
 
-SCRIPT = '''"""Reproducer of difftest fixture {id} ({status} {kind}), written by `python -m difftest show --script`.
+SCRIPT = Template('''"""Reproducer of moe-difftest fixture $id ($status, $kind).
 
-Recorded: {message}
-Runs {impl_name} on the case below with the inputs of {npz} and checks its outputs against the spec's
-(expected.*) within the element-wise bounds (bound.*: 0 = bit-exact, inf = not bounded). Needs numpy and the
-implementation, not Hypothesis. Exit status 1 while the bug is there, 0 once it is fixed.
+$about
+
+Runs it on the inputs stored in $npz and checks every output against the spec's values and element-wise bounds
+stored there (expected.* within bound.*: 0 = bit-exact, inf = not bounded; or within [low.*, high.*]), computed
+by moe-difftest's numpy spec when the script was written. Exit status: 1 while the bug is there, 0 once it is fixed,
+2 when it cannot run here (one line on stderr says why). --force runs even where the implementation's own
+availability check refuses (another package version, say).
+
+Recorded (case.json, observed.message):
+$message
 """
 
-import importlib
-import importlib.util
-import json
-import sys
-from pathlib import Path
-from types import SimpleNamespace
+$imports
 
 import numpy as np
 
-IMPL = {impl_ref!r}  # path/file.py:NAME (relative to this script's directory or absolute) or module:NAME
-CASE = json.loads({case_json!r})
-DATA = Path(__file__).resolve().with_name({npz!r})
+FIXTURE = $fixture
+OP = $op
+IMPLEMENTATION = $impl_name
+CASE = json.loads($case_json)  # as difftest records it
+CONFIG = json.loads($config_json)  # every field, and the derived values an implementation may read
+DATA = Path(__file__).resolve().with_name($npz_literal)
+TIMEOUT_S = $timeout  # a run past it is a hang: faulthandler prints where, and the exit status is 1
+$loader_constants
+
+$checks
 
 
-def load_impl(ref):
-    if ":" not in ref:  # a difftest name (torch, a FlashInfer adapter)
-        from difftest import interface
-
-        return interface.load(ref)
-    where, name = ref.rsplit(":", 1)
-    if where.endswith(".py"):
-        path = Path(where) if Path(where).is_absolute() else Path(__file__).resolve().parent / where
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
-    return getattr(module, name)
+def namespace(d):
+    """A configuration dict as an object with attributes (nested dicts too)."""
+    return SimpleNamespace(**{k: namespace(v) if isinstance(v, dict) else v for k, v in d.items()})
 
 
-def make_case(d):
-    """difftest's Case where difftest is installed, else a namespace of the same attributes."""
+$loader
+
+def first_line(e):
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+
+
+def main(argv):
     try:
-        from difftest.model.case import Case
-
-        return Case.from_dict(d)
-    except ImportError:
-        config = dict(d["config"])
-        if "routing" in config:
-            config["routing"] = SimpleNamespace(**config["routing"])
-        return SimpleNamespace(op=d["op"], config=SimpleNamespace(**config), dist=d["dist"], seed=d["seed"],
-                               weight_seed=d.get("weight_seed"))
-
-
-{functions}
-
-def main():
-    data = np.load(DATA, allow_pickle=False)
-    part = {{p: {{k.split(".", 1)[1]: data[k] for k in data.files if k.startswith(p + ".")}}
-            for p in ("input", "expected", "bound")}}
-    inputs = {{k: v.copy() for k, v in part["input"].items()}}  # writable copies
+        available, run = implementation()
+        why = None if "--force" in argv else available()
+    except Exception as e:  # ImportError: a package is missing; anything else: it does not load here
+        why = first_line(e)
+    if why:
+        print(f"cannot run here: {why} [{FIXTURE}]", file=sys.stderr)
+        return 2
+    with np.load(DATA, allow_pickle=False) as data:
+        ref = {p: {k.split(".", 1)[1]: data[k] for k in data.files if k.startswith(p + ".")}
+               for p in ("input", "expected", "bound", "low", "high", "decode", "index", "robust")}
+    inputs = {k: v.copy() for k, v in ref.pop("input").items()}  # writable copies
     for k, a in inputs.items():
-        print(f"input {{k}}: {{compact(a)}}")
-    out = load_impl(IMPL).run(make_case(CASE), inputs)
-    bad = violations(CASE["op"], {top_k}, out, part["expected"], part["bound"])
-    for row in bad[:{shown}]:
+        print(f"input {k}: {compact(a)}")
+    faulthandler.dump_traceback_later(TIMEOUT_S, exit=True)
+    try:
+        out = run(inputs)
+    except ImportError as e:
+        print(f"cannot run here: {first_line(e)} [{FIXTURE}]", file=sys.stderr)
+        return 2
+    except Exception as e:  # the bug may be the exception itself
+        print(f"FAIL: {IMPLEMENTATION} raised {first_line(e)} [{OP}]")
+        return 1
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    bad, notes = violations(OP, CONFIG, out, ref)
+    for row in bad[:$shown]:
         print(describe(row))
+    for note in notes:
+        print(f"note: {note}")
     if bad:
-        print(f"FAIL: {{len(bad)}} elements outside the bound [{op}, {impl_name}]")
+        print(f"FAIL: {len(bad)} elements outside the bound [{OP}, {IMPLEMENTATION}]")
         return 1
     print("PASS: every checked element is within its bound (fixed?)")
     return 0
 
-
+$files
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
+''')
+
+ADAPTER_LOADER = '''def implementation():
+    """(available, run) of the embedded adapter (FILES, at the end), installed in a private directory."""
+    root = Path(tempfile.gettempdir()) / f"difftest-repro-{FILES_DIGEST}"
+    for rel, text in FILES.items():
+        path = root / rel
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+    sys.path.insert(0, str(root))
+    module = importlib.import_module(ADAPTER)
+    config = namespace(CONFIG)
+    return module.available, lambda inputs: module.run(config, inputs)
+'''
+
+REFERENCE_LOADER = '''def make_case():
+    """difftest's Case where difftest is importable, else a namespace of the same attributes."""
+    try:
+        from difftest.model.case import Case
+    except ImportError:
+        return SimpleNamespace(op=CASE["op"], config=namespace(CONFIG), dist=CASE["dist"], seed=CASE["seed"],
+                               weight_seed=CASE.get("weight_seed"))
+    return Case.from_dict(CASE)
+
+
+def implementation():
+    """(available, run) of IMPL: path/file.py:NAME (relative to this script's directory or absolute) or
+    module:NAME."""
+    where, name = IMPL.rsplit(":", 1)
+    try:
+        if where.endswith(".py"):
+            path = Path(where) if Path(where).is_absolute() else Path(__file__).resolve().parent / where
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except (ImportError, FileNotFoundError) as e:
+        raise ImportError(f"{NEEDS} ({first_line(e)})") from None
+    impl, case = getattr(module, name), make_case()
+    return impl.available, lambda inputs: impl.run(case, inputs)
 '''
 
 
+def kind_of_reference(ref):
+    """("adapter", module) for a FlashInfer / SGLang adapter name, else ("reference", module:NAME or file.py:NAME)."""
+    adapters = interface.adapter_names()
+    if ref in adapters:
+        return "adapter", adapters[ref]
+    return "reference", interface.REGISTRY.get(ref) or interface.self_test_ref(ref) or ref
+
+
+def adapter_summary(module):
+    """The adapter module's docstring's first paragraph, on one line: what it runs and through which call."""
+    doc = ast.get_docstring(ast.parse(embed.module_file(module).read_text(encoding="utf-8"))) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def needs(kind, target):
+    """What the script needs besides numpy: one line."""
+    if kind == "adapter":
+        package = KERNEL_PACKAGES[target.rpartition(".")[0]]
+        return f"numpy, torch and {package}, not moe-difftest (the adapter is embedded)"
+    where = target.rpartition(":")[0]
+    if where.split(".")[0] != "difftest":
+        return f"the plug-in ({where}) and what it imports"
+    what = ("its torch eager implementation (impls/torch_eager), the reference the kernels are tested against"
+            if where == "difftest.checking.impl_torch" else "a model of a known bug in its self-test"
+            if where.startswith("difftest.selftest") else "its own implementation")
+    return f"moe-difftest on the path (a checkout, or installed): this is {what} ({where})"
+
+
+def script_arrays(fx):
+    """The npz's arrays: input.* (for a moe adapter also the expert weights it takes, stacked) and the reference."""
+    kind, _ = kind_of_reference(fx.impl_ref)
+    given = interface.with_stacked_weights(fx.case, fx.inputs) if kind == "adapter" else fx.inputs
+    arrays = {f"input.{k}": np.asarray(a) for k, a in given.items()}
+    for part, named in reference(fx.case, fx.inputs, fx.recipe).items():
+        arrays.update({f"{part}.{k}": np.asarray(a) for k, a in named.items()})
+    return arrays
+
+
+def script_text(fx, npz_name, script_dir):
+    """The reproducer's source for a fixture whose inputs it reads from `npz_name` beside it."""
+    kind, target = kind_of_reference(fx.impl_ref)
+    checks = [f"PERMUTATION_KEYS = {PERMUTATION_KEYS!r}\n"] + [inspect.getsource(f) for f in PERMUTATION + STANDALONE]
+    if kind == "adapter":
+        embedded = embed.files(target)
+        loader, about = ADAPTER_LOADER, (
+            f"Runs {fx.meta['impl']['name']} through the tester's adapter {target}, embedded verbatim with the "
+            f"project modules it imports (FILES, at the end): {adapter_summary(target)}")
+        constants = (f"ADAPTER = {target!r}  # in FILES\nFILES_DIGEST = {embed.digest(embedded)!r}  "
+                     "# names the directory FILES are installed in")
+        files = "\n# The adapter and what it imports, verbatim from moe-difftest (impls/).\nFILES = {\n" + "".join(
+            f"    {rel!r}: {embed.literal(text)},\n" for rel, text in embedded.items()) + "}\n\n"
+    else:
+        where, _, name = target.rpartition(":")
+        if where.endswith(".py"):  # a file reference: as seen from the script's directory
+            target = f"{_relative(_plugin_file(where, fx.path), Path(script_dir).resolve())}:{name}"
+        loader, files = REFERENCE_LOADER, ""
+        about = f"Runs {fx.meta['impl']['name']} ({target})."
+        constants = (f"IMPL = {target!r}  # path/file.py:NAME (relative to this script) or module:NAME\n"
+                     f"NEEDS = {'needs ' + needs(kind, target)!r}")
+    about = f"Written by `python -m difftest show FIXTURE --script`. {about}\nNeeds {needs(kind, target)}."
+    return SCRIPT.substitute(
+        id=fx.id, status=fx.status, kind=fx.kind, about=_wrap(about), npz=npz_name, npz_literal=repr(npz_name),
+        fixture=repr(fx.id),
+        message=_wrap(_docstring_safe(fx.meta["observed"].get("message") or "")), op=repr(fx.case.op),
+        impl_name=repr(fx.meta["impl"]["name"]),
+        case_json=embed.literal(json.dumps(fx.case.to_dict(), indent=1, sort_keys=True)),
+        config_json=embed.literal(json.dumps(config_dict(fx.case.config), indent=1, sort_keys=True)),
+        timeout=TIMEOUT_S, imports=_imports(kind), loader_constants=constants,
+        checks="\n\n".join(checks), loader=loader, shown=SHOWN, files=files)
+
+
 def write_script(fx, path):
-    """OUT.py and OUT.npz (inputs, expected, bound); returns both paths."""
-    if fx.case.op not in SHOWN_OPS:
-        raise CaseError(f"show --script writes reproducers of routing, quant and moe fixtures, not {fx.case.op}")
+    """OUT.py and OUT.npz (inputs, expected values, bounds); returns both paths."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     npz = path.with_suffix(".npz")
-    ref = reference(fx.case, fx.inputs, fx.recipe)
-    arrays = {f"input.{k}": np.asarray(a) for k, a in fx.inputs.items()}
-    arrays.update({f"expected.{k}": np.asarray(e) for k, (e, _) in ref.items()})
-    arrays.update({f"bound.{k}": np.asarray(b, np.float64) for k, (_, b) in ref.items()})
-    np.savez(npz, **arrays)
-    impl_ref = interface.self_test_ref(fx.impl_ref) or fx.impl_ref  # the script imports module:NAME itself
-    where, _, name = impl_ref.rpartition(":")
-    if where.endswith(".py"):  # a file reference: as seen from the script's directory
-        target = (Path.cwd() / where).resolve() if not Path(where).is_absolute() else Path(where)
-        impl_ref = f"{_relative(target, path.resolve().parent)}:{name}"
-    functions = "\n\n".join(inspect.getsource(f) for f in (compact, violations, describe))
-    text = SCRIPT.format(
-        id=fx.id, status=fx.status, kind=fx.kind, message=(fx.meta["observed"].get("message") or "").replace('"', "'"),
-        impl_name=fx.meta["impl"]["name"], npz=npz.name, impl_ref=impl_ref,
-        case_json=json.dumps(fx.case.to_dict(), sort_keys=True), functions=functions, top_k=_top_k(fx.case),
-        shown=SHOWN, op=fx.case.op)
-    path.write_text(text)
+    np.savez(npz, **script_arrays(fx))
+    path.write_text(script_text(fx, npz.name, path.parent), encoding="utf-8")
     return path, npz
 
 
+def _plugin_file(where, fixture_dir):
+    """A plug-in file reference as an absolute path: relative to the working directory (as campaigns record it),
+    else to the fixture's directory where only that one exists."""
+    if Path(where).is_absolute():
+        return Path(where)
+    here, beside = (Path.cwd() / where).resolve(), (Path(fixture_dir) / where).resolve()
+    return beside if not here.is_file() and beside.is_file() else here
+
+
+def _imports(kind):
+    """The script's standard-library imports, sorted as ruff's isort sorts them."""
+    plain = {"faulthandler", "importlib", "json", "sys"} | ({"os", "tempfile"} if kind == "adapter"
+                                                           else {"importlib.util"})
+    froms = ["from pathlib import Path", "from types import SimpleNamespace", "from typing import NamedTuple"]
+    return "\n".join([f"import {m}" for m in sorted(plain)] + froms)
+
+
+def _docstring_safe(text):
+    return text.replace("\\", "\\\\").replace('"""', "'''")
+
+
+def _wrap(text, width=116, indent=""):
+    """Paragraphs of `text` wrapped at `width` (the first line unindented)."""
+    return "\n".join(textwrap.fill(p, width, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False) for p in text.split("\n"))
+
+
 def _relative(target, start):
-    import os
-
     return Path(os.path.relpath(target, start)).as_posix()
-

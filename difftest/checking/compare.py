@@ -655,14 +655,18 @@ def ungrouped(config):
 # ---- trtllm-gen dev kernels
 
 
-def _stored(name, got, v, delta, dtype, tag):
-    """An output stored once (RNE; e4m3 saturating) from a value within delta of the exact v: the rounding rule
-    around the spec's stored value."""
+def stored_bound(v, delta, dtype):
+    """(the spec's stored value, its hard bound) for an output stored once (RNE; e4m3 saturating) from a value
+    within delta of the exact v: the rounding rule."""
     fmt = {"e4m3": E4M3FN}.get(dtype, dtype)
     want = round_to(v, fmt, saturate=True).astype(np.float64)
-    got = impl_spec.dev_values(got, dtype)
-    hard = bounds.rounded(v, want, bounds.Err(delta, delta, delta), fmt).hard
-    return elementwise(name, got, want, hard, tag)
+    return want, bounds.rounded(v, want, bounds.Err(delta, delta, delta), fmt).hard
+
+
+def _stored(name, got, v, delta, dtype, tag):
+    """An output stored once from a value within delta of the exact v, by the rounding rule (stored_bound)."""
+    want, hard = stored_bound(v, delta, dtype)
+    return elementwise(name, impl_spec.dev_values(got, dtype), want, hard, tag)
 
 
 def _zero_rows(name, got, rows, tag):
@@ -681,17 +685,32 @@ def _interval(name, got, lo, hi, tag):
                                   f"the allowance reaches ({len(bad)} of {got.size}) [{tag}]")
 
 
-def _requant_deepseek_fp8(out, y, delta, rows, tag, floor=FP32.min_normal, dtype="e4m3"):
-    """Scales and stored values by the interval rule: amax within [max(|y| - δ), max(|y| + δ)] per block gives the
-    scales deepseek_scale can reach (floor 0: a scale that FTZ may flush to 0 may be 0); with the implementation's
-    own scale s, y'·rcp(s) within (y ± δ)·(1/s)·(1 ± ε) (ε: MUFU.RCP and the fp32 product) gives, by monotone
-    rounding, the values it can store. A block with s = 0 (floor 0) stores y'·inf: NaN, ±inf or ±max."""
+def deepseek_fp8_scales(y, delta, floor=FP32.min_normal):
+    """(lo, hi) float64 [I/128, P]: amax within [max(|y| - δ), max(|y| + δ)] per 128-column block gives the scales
+    deepseek_scale can reach (lo 0: a scale below the min normal, which FTZ may flush to 0)."""
     P, I = y.shape
-    fmt = as_format(impl_spec.DEV_FORMATS[dtype])
     a, d = np.abs(y).reshape(P, I // 128, 128), delta.reshape(P, I // 128, 128)
     s_lo = trtllm_ops.deepseek_scale(np.max(np.maximum(a - d, 0), axis=-1), floor).T.astype(np.float64)
-    s_lo = np.where(s_lo < FP32.min_normal, 0.0, s_lo)
     s_hi = trtllm_ops.deepseek_scale(np.max(a + d, axis=-1), floor).T.astype(np.float64)
+    return np.where(s_lo < FP32.min_normal, 0.0, s_lo), s_hi
+
+
+def deepseek_fp8_values(y, delta, s, dtype="e4m3"):
+    """(lo, hi) float64 [P, I]: with scales s [I/128, P] (> 0), y'·rcp(s) within (y ± δ)·(1/s)·(1 ± ε) (ε: MUFU.RCP
+    and the fp32 product) gives, by monotone rounding, the values a requantization can store."""
+    fmt = as_format(impl_spec.DEV_FORMATS[dtype])
+    s_el = np.repeat(np.asarray(s, np.float64).T, 128, axis=1)
+    eps = bounds.MUFU_RCP_REL + 2 * U32
+    ends = [(y + sign * delta) / np.where(s_el > 0, s_el, 1.0) * (1 + e) for sign in (-1, 1) for e in (-eps, eps)]
+    lo = round_to(np.minimum.reduce(ends), fmt, saturate=True).astype(np.float64)
+    return lo, round_to(np.maximum.reduce(ends), fmt, saturate=True).astype(np.float64)
+
+
+def _requant_deepseek_fp8(out, y, delta, rows, tag, floor=FP32.min_normal, dtype="e4m3"):
+    """Scales and stored values by the interval rule (deepseek_fp8_scales, then deepseek_fp8_values at the
+    implementation's own scale s). A block with s = 0 (floor 0) stores y'·inf: NaN, ±inf or ±max."""
+    fmt = as_format(impl_spec.DEV_FORMATS[dtype])
+    s_lo, s_hi = deepseek_fp8_scales(y, delta, floor)
     s = np.asarray(out["out_scale"], np.float64)
     if s.shape != s_lo.shape:
         return Verdict(False, np.inf, f"out_scale has shape {s.shape} but spec has {s_lo.shape} [{tag}]")
@@ -701,12 +720,8 @@ def _requant_deepseek_fp8(out, y, delta, rows, tag, floor=FP32.min_normal, dtype
     got = impl_spec.dev_values(out["out"], dtype)
     if got.shape != y.shape:
         return Verdict(False, np.inf, f"out has shape {got.shape} but spec has {y.shape} [{tag}]")
-    s_el = np.repeat(s.T, 128, axis=1)
-    eps = bounds.MUFU_RCP_REL + 2 * U32
-    ends = [(y + sign * delta) / np.where(s_el > 0, s_el, 1.0) * (1 + e) for sign in (-1, 1) for e in (-eps, eps)]
-    lo = round_to(np.minimum.reduce(ends), fmt, saturate=True).astype(np.float64)
-    hi = round_to(np.maximum.reduce(ends), fmt, saturate=True).astype(np.float64)
-    r, zero = rows[:, None], s_el == 0
+    lo, hi = deepseek_fp8_values(y, delta, s, dtype)
+    r, zero = rows[:, None], np.repeat(s.T, 128, axis=1) == 0
     with np.errstate(invalid="ignore"):
         special = np.isnan(got) | (np.abs(got) >= fmt.max)
     bad = np.argwhere(r & zero & ~special)
@@ -718,6 +733,26 @@ def _requant_deepseek_fp8(out, y, delta, rows, tag, floor=FP32.min_normal, dtype
     return worst(_interval(f"out ({dtype} value)", np.where(keep, got, 0), np.where(keep, lo, 0),
                            np.where(keep, hi, 0), tag),
                  _zero_rows("out", out["out"], rows, tag), _zero_rows("out_scale", np.asarray(s).T, rows, tag))
+
+
+def dev_allowance(c, inputs):
+    """(v, δ, rows) of a rounding trtllm_ops kernel: the exact value it stores or requantizes, the allowance δ
+    around it, and the rows it writes (finalize: every token; the activations: the mapped permuted rows)."""
+    if c.kernel in ("finalize", "finalize_deepseek_fp8"):
+        e2p, w = inputs["expanded_idx_to_permuted_idx"], inputs.get("expert_weights")
+        x = impl_spec.dev_values(inputs["gemm2_out"], c.dtype)
+        if c.kernel == "finalize_deepseek_fp8":
+            scale = inputs["gemm2_out_scale"]
+            v = trtllm_ops.finalize_deepseek_fp8(x, scale, e2p, w)
+            terms = trtllm_ops.finalize_deepseek_fp8(np.abs(x), scale, e2p, np.abs(w))
+        else:
+            v = trtllm_ops.finalize(x, e2p, w, c.hidden_size)
+            terms = trtllm_ops.finalize(np.abs(x), e2p, None if w is None else np.abs(w), c.hidden_size)
+        return v, bounds.fp32_accumulation(terms, c.top_k), np.ones(v.shape[0], bool)
+    x, controls = impl_spec.activation_args(c, inputs)
+    y, half = trtllm_ops.gated_activation(x, **controls), x.shape[1] // 2
+    delta = bounds.gated_activation(x[:, half:], x[:, :half], y, controls.get("alpha", 1.0), controls.get("beta", 0.0))
+    return y, delta, impl_spec.mapped_rows(inputs, x.shape[0])
 
 
 def compare_trtllm_ops(case, inputs, out, recipe, tag):
@@ -733,28 +768,16 @@ def compare_trtllm_ops(case, inputs, out, recipe, tag):
         return Verdict(False, np.inf, f"outputs {missing} missing [{tag}]")
     if c.kernel in ("permute", "convertsf"):
         return worst(*(_bit_exact(name, out[name], want[name], tag) for name in want))
-    e2p = inputs["expanded_idx_to_permuted_idx"]
+    v, delta, rows = dev_allowance(c, inputs)
     if c.kernel == "finalize_deepseek_fp8":
-        x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs["expert_weights"]
-        scale = inputs["gemm2_out_scale"]
-        acc = trtllm_ops.finalize_deepseek_fp8(x, scale, e2p, w)
-        terms = trtllm_ops.finalize_deepseek_fp8(np.abs(x), scale, e2p, np.abs(w))
-        delta = bounds.fp32_accumulation(terms, c.top_k)
-        return _requant_deepseek_fp8(out, acc, delta, np.ones(acc.shape[0], bool), tag, dtype=c.dtype)
+        return _requant_deepseek_fp8(out, v, delta, rows, tag, dtype=c.dtype)
     if c.kernel == "finalize":
-        x, w = impl_spec.dev_values(inputs["gemm2_out"], c.dtype), inputs.get("expert_weights")
-        v = trtllm_ops.finalize(x, e2p, w, c.hidden_size)
-        terms = trtllm_ops.finalize(np.abs(x), e2p, None if w is None else np.abs(w), c.hidden_size)
-        return _stored("out", out["out"], v, bounds.fp32_accumulation(terms, c.top_k), c.dtype, tag)
-    x, controls = impl_spec.activation_args(c, inputs)
-    y, half = trtllm_ops.gated_activation(x, **controls), x.shape[1] // 2
-    delta = bounds.gated_activation(x[:, half:], x[:, :half], y, controls.get("alpha", 1.0), controls.get("beta", 0.0))
-    rows = impl_spec.mapped_rows(inputs, x.shape[0])
+        return _stored("out", out["out"], v, delta, c.dtype, tag)
     if c.kernel == "activation_deepseek_fp8":
-        return _requant_deepseek_fp8(out, y, delta, rows, tag)
+        return _requant_deepseek_fp8(out, v, delta, rows, tag)
     r = rows[:, None]
     got = np.asarray(out["out"])
-    return worst(_stored("out", np.where(r, got, 0), np.where(r, y, 0), np.where(r, delta, 0), c.dtype, tag),
+    return worst(_stored("out", np.where(r, got, 0), np.where(r, v, 0), np.where(r, delta, 0), c.dtype, tag),
                  _zero_rows("out", got, rows, tag))
 
 
