@@ -206,8 +206,9 @@ def _get(config, op, field):
 
 
 def restrict(configs, op, where):
-    """The configurations of `configs` inside `where`: a field outside its filter is redrawn from the filter,
-    and a configuration that then breaks a case constraint is rejected (assume), never run."""
+    """The configurations of `configs` inside `where`: a field outside its filter is redrawn from the filter (a
+    value set, or a range closed at both ends), and a configuration outside an open range ("1..": nothing says how
+    far to draw) or that then breaks a case constraint is rejected (assume), never run."""
     if not where:
         return configs
     types = field_types(op)
@@ -217,6 +218,7 @@ def restrict(configs, op, where):
         config = draw(configs)
         for field, c in where.items():
             if not c.allows(_get(config, op, field)):
+                assume(c.values is not None or math.isfinite(c.lo) and math.isfinite(c.hi))
                 value = draw(c.strategy(types[field].startswith("int")), label=field)
                 config = _set(config, op, field, value)
         try:
