@@ -1,6 +1,7 @@
 """difftest.checking.compare / difftest.checking.check: each check can fail, and ties decided another valid way pass."""
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -368,3 +369,124 @@ def test_shared_expert_weight_follows_the_declared_convention(rule):
     normal = Case("routing", cfg, "normal", 3)
     w = impl_spec.route(cfg, generate.inputs(normal), mine).weights
     np.testing.assert_allclose(w[:, -1], 1.0, rtol=2.0**-7)
+
+
+# ---- what a finding names (issue 34 item 5, issue 38 item 4): the failing outputs and checks, messages a kernel
+# author reads, contract errors blamed on the implementation
+
+
+def test_grouped_routing_failure_names_the_groups_their_scores_and_the_margin():
+    """Experts of a group that the other groups beat far beyond 2δ: the message names the group kept and the
+    group rejected with their scores and the margin (it read "(e.g. -inf selected, 2.0 not)")."""
+    case = Case("routing", RoutingConfig("deepseek_v3", 1, 16, 2, 4, 1), "normal", 0)
+    logits = np.full((1, 16), -5.0, np.float32)
+    logits[0, 0], logits[0, 4:6] = 5.0, 2.0  # group 0: σ(5)+σ(-5) ≈ 1.0 < group 1: 2σ(2) ≈ 1.76
+
+    def group_zero(case, inputs):
+        return {"ids": np.array([[0, 1]], np.int32), "weights": SPEC.run(case, inputs)["weights"]}
+
+    r = check.run_case(impl(group_zero), case, {"logits": logits})
+    g0, g1 = 1 / (1 + np.exp(-5.0)) + 1 / (1 + np.exp(5.0)), 2 / (1 + np.exp(-2.0))
+    assert r.status == "fail" and r.failures == (("ids", "groups"),), r
+    assert (f"ids use groups [0 ({g0:.9g})], the best 1 are [1 ({g1:.9g})]: group 1 (score {g1:.9g}) rejected "
+            f"while group 0 (score {g0:.9g}) kept: margin {g1 - g0:.3g} > 2δ=") in r.message, r.message
+    assert "-inf" not in r.message
+
+
+def test_a_rejected_expert_is_named_with_both_keys_and_the_margin():
+    def worse(case, inputs):
+        out = SPEC.run(case, inputs)
+        ids = out["ids"].copy()
+        ids[0, -1] = np.argmin(inputs["logits"][0])
+        return {"ids": ids, "weights": out["weights"]}
+
+    case = Case("routing", RoutingConfig("topk", 4, 16, 4), "normal", 1)
+    x = generate.inputs(case)["logits"][0].astype(np.float64)
+    lost = int(np.argsort(-x, kind="stable")[3])
+    r = check.run_case(impl(worse), case)
+    assert r.status == "fail" and r.failures == (("ids", "mismatch"),)
+    assert (f"expert {lost} (key {x[lost]:.9g}) rejected while expert {np.argmin(x)} (key {x.min():.9g}) selected: "
+            f"margin {x[lost] - x.min():.3g} > 2δ=") in r.message, r.message
+
+
+@pytest.mark.parametrize("config, shown", [
+    (QuantConfig("fp8_group", 2, 256), "0x3d800000 (0.0625 = 2^-4)"),
+    (QuantConfig("mxfp8", 2, 64), "0x7b (2^-4)"),
+    (QuantConfig("fp8_group", 2, 256, scale_fmt="ue8m0", layout="ue8m0_packed"),
+     "0x7a7b (bytes 2^-4, 2^-5, 2^-127, 2^-127) but spec=0x7a7a (bytes 2^-5,"),
+])
+def test_a_scale_finding_shows_the_scales_as_numbers(config, shown):
+    """Wrong scales are shown as the numbers they stand for beside their bits (fp32, e8m0, packed UE8M0 bytes)."""
+    case = Case("quant", config, "normal", 1)
+
+    def first_scale(case, inputs):  # the first scale 2^-4; packed: its byte in the buffer alone
+        out = SPEC.run(case, inputs)
+        s, buf = out["scales"].copy(), out["scale_buffer"].copy()
+        if config.layout == "ue8m0_packed":
+            buf[0] = 0x7B
+            return {**out, "scale_buffer": buf}
+        s.flat[0] = 0x7B if s.dtype == np.uint8 else 2.0**-4
+        buf[:s.itemsize] = s.ravel()[:1].view(np.uint8)
+        return {**out, "scales": s, "scale_buffer": buf}
+
+    r = check.run_case(impl(first_scale), case)
+    assert r.status == "fail" and shown in r.message, r.message
+    assert r.failures[0][0] in ("scales", "scale_buffer") and "spec=0x" in r.message
+
+
+def _without(name):
+    def run(case, inputs):
+        return {k: v for k, v in SPEC.run(case, inputs).items() if k != name}
+    return run
+
+
+def _as(name, dtype=None, shape=None):
+    def run(case, inputs):
+        out = SPEC.run(case, inputs)
+        a = out[name].astype(dtype) if dtype else out[name]
+        return {**out, name: a if shape is None else a[tuple(slice(n) for n in shape)]}
+    return run
+
+
+MOE = Case("moe", MoEConfig(DS, 64, 32), "normal", 2)
+QUANT = Case("quant", QuantConfig("mxfp8", 2, 64), "normal", 1)
+
+
+@pytest.mark.parametrize("case, run, failure, words", [
+    (Case("routing", DS, "normal", 1), _without("weights"), ("weights", "missing"),
+     "returned no weights (outputs ['ids']); the contract is float32 [T, k + S] = [8, 4] (docs/plugins.md)"),
+    (Case("routing", DS, "normal", 1), _as("ids", np.float64), ("ids", "dtype"),
+     "returned ids float64; the contract is int32 [T, k + S] = [8, 4] (docs/plugins.md)"),
+    (Case("routing", DS, "normal", 1), _as("weights", np.float16), ("weights", "dtype"),
+     "returned weights float16; the contract is float32 [T, k + S] = [8, 4] (docs/plugins.md)"),
+    (Case("routing", DS, "normal", 1), _as("ids", shape=(8, 3)), ("ids", "shape"),
+     "returned ids of shape [8, 3]; the contract is int32 [T, k + S] = [8, 4] (docs/plugins.md)"),
+    (MOE, _without("out"), ("out", "missing"), "returned no out (outputs ['ids']); the contract is float32 [T, H]"),
+    (MOE, _as("ids", np.float32), ("ids", "dtype"), "returned ids float32; the contract is int32 [T, k] = [8, 4], if"),
+    (QUANT, _as("scales", np.float32), ("scales", "dtype"), "returned scales float32; the contract is uint8 codes"),
+])
+def test_contract_errors_are_the_implementations_with_the_contract_stated(case, run, failure, words):
+    """A missing output, a wrong dtype (float64 ids, fp16 weights) or shape is the implementation's finding,
+    stated with the contract it breaks; not "comparison raised KeyError (spec or difftest)", not a 36x mismatch."""
+    r = check.run_case(impl(run), case)
+    assert r.status == "fail" and r.failures == (failure,), r
+    assert r.message.startswith(f"test-impl {words}"), r.message
+    assert "spec or difftest" not in r.message
+
+
+def test_every_failing_output_is_listed_first_in_output_order():
+    """A zero scale and the NaN it made (the dev kernels' finalize on a zero block): both outputs are named,
+    the scale first (compare.OUTPUT_ORDER), and the message is the scale's."""
+    from difftest.artifacts import fixtures
+
+    fx = fixtures.load(Path(__file__).resolve().parents[1] / "fixtures"
+                       / "flashinfer-trtllm_gen_dev_ops-finalize_deepseek_fp8_zero_block")
+    want = impl_spec.expected(fx.case, fx.inputs, None)
+    nan_out = {**want, "out": np.full_like(want["out"], np.nan)}
+    both = {**nan_out, "out_scale": np.zeros_like(want["out_scale"])}
+    v = check.compared(fx.case, fx.inputs, both, None, "t")
+    assert v.failures == (compare.Failure("out_scale", "bound"), compare.Failure("out", "nan"))
+    assert v.message.startswith("out_scale[0, 0]=0 outside")
+    v = check.compared(fx.case, fx.inputs, nan_out, None, "t")  # the scale right, the codes NaN
+    assert v.failures == (compare.Failure("out", "nan"),) and v.message.startswith("out (bf16 value)[0, 0]=nan")
+    assert check.compared(fx.case, fx.inputs, want, None, "t").ok

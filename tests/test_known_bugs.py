@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from difftest.artifacts import fixtures, replay
-from difftest.checking import check, impl_spec
+from difftest.checking import check, impl_spec, interface
 from difftest.model import generate
 from difftest.model.case import Case
 from difftest.selftest import known_bugs
@@ -50,6 +50,20 @@ def test_fixture_fails_on_its_model_and_passes_on_correct_implementations(path):
     assert sum(f.stat().st_size for f in path.iterdir()) < MAX_BYTES
     report = fx.meta["provenance"].splitlines()[1]
     assert report.startswith("report: ") and "/" in report and "#" in report and "20" in report
+
+
+@pytest.mark.parametrize("path", PATHS, ids=_key)
+def test_fixture_stores_the_signatures_its_model_fails_with(path):
+    """The signatures a K fixture stores (what `fuzz --known fixtures/` matches) are those its model's failure has
+    under today's comparison: every failing output, the first first (a change of compare.OUTPUT_ORDER or of a
+    check shows here, and the fixtures are migrated with it)."""
+    from difftest.running import campaign
+
+    fx = fixtures.load(path)
+    result, kind, _ = campaign.run_classified(interface.load(fx.impl_ref), fx.case, fx.inputs)
+    stored = campaign.fixture_signatures(fx.meta)
+    assert [s.field for s in stored] == list(dict.fromkeys(f for f, _ in result.failures)), result
+    assert stored[0] == campaign.signature(fx.case.op, fx.meta["impl"]["name"], kind, result.failures, fx.case.config)
 
 
 def test_replay_flags_a_changed_spec(monkeypatch):

@@ -45,7 +45,8 @@ def record(root, bug):
     recipe = model.recipe(bug.case)
     expected = impl_spec.expected(bug.case, generate.inputs(bug.case), recipe)
     return fixtures.write(root, bug.case, f"bug:{bug.model}", model, recipe,
-                          {"status": r.status, "ratio": r.ratio, "message": r.message}, expected,
+                          {"status": r.status, "ratio": r.ratio, "message": r.message,
+                           "failures": [list(f) for f in r.failures]}, expected,
                           status="open", provenance=provenance(bug), id=model.name.split(":", 1)[1])
 
 

@@ -6,7 +6,9 @@ fixtures/<id>/
                  ("open": must still fail as recorded; "fixed": must pass), kind ("mismatch": outside the
                  bound or wrong ids; "error": run() raised; "crash": the worker process died, observed
                  holds the signal or exit status and the worker's last output; "hang": no answer within the
-                 timeout), provenance (free text, bug links)
+                 timeout), provenance (free text, bug links), signatures ([op, implementation, kind, field,
+                 slice] for every output the failure named, the finding's own first: made by the machine when
+                 recorded, what ``fuzz --known`` matches), notes (free text by people; nothing parses it)
   inputs.npz     the exact input bits (np.load(allow_pickle=False)); inputs over INLINE_LIMIT bytes are not
                  stored: case.json keeps their SHA-256 and replay regenerates and verifies them
   expected.npz   the spec's output at recording time under the recorded recipe (or only its SHA-256)
@@ -197,10 +199,11 @@ def set_status(path, status):
 
 
 def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="open", provenance="", kind=None,
-          id=None):
+          id=None, notes=""):
     """Write fixtures/<id>/ atomically (each file tmp + os.replace, in a private directory renamed into
     place); return its path. ``id`` names a curated fixture (default: op-impl-digest). An existing fixture
-    of the same id is kept, not overwritten."""
+    of the same id is kept, not overwritten. The signatures are made here from ``observed["failures"]`` (the
+    failing fields the result named: campaign.observed); ``notes`` is for people."""
     if status not in STATUSES:
         raise FixtureError(f"status {status!r} is not one of {STATUSES}")
     kind = kind or kind_of(observed)
@@ -228,6 +231,8 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
         },
         "status": status,
         "provenance": provenance,
+        "signatures": recorded_signatures(case, impl.name, kind, observed),
+        "notes": notes,
         "inputs": {
             "file": "inputs.npz" if inline else None,
             "generator": generate.GENERATORS["inputs"],  # a name, not an import path (model/generate.py)
@@ -252,6 +257,25 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
             f.unlink()
         tmp.rmdir()
     return path
+
+
+def recorded_signatures(case, impl_name, kind, observed):
+    """[[op, implementation, kind, field, slice], ...] of a failure, one per failing field of
+    ``observed["failures"]``, the finding's own first (difftest/running/campaign.py signatures)."""
+    from ..running.campaign import row_fields, signatures
+
+    fields = row_fields({**observed, "kind": kind, "impl": impl_name})
+    return [list(s) for s in signatures(case.op, impl_name, kind, fields, case.config)]
+
+
+def _check_signatures(path, meta):
+    """A fixture's stored signatures, where it has them: a non-empty list of five strings each."""
+    sigs = meta.get("signatures")
+    if sigs is None:  # written before fixtures stored signatures: campaign.fixture_signatures derives one
+        return
+    if not isinstance(sigs, list) or not sigs or not all(
+            isinstance(x, list) and len(x) == 5 and all(isinstance(f, str) for f in x) for x in sigs):
+        _fail(path, "signatures must be a non-empty list of [op, implementation, kind, field, slice] strings")
 
 
 def weights_digest(case):
@@ -404,6 +428,7 @@ def load(path):
     except ValueError:
         _fail(path, "observed holds a non-finite number (NaN or Infinity)")
     kind = meta.get("kind", kind_of(observed))  # fixtures written before kinds existed: derived
+    _check_signatures(path, meta)
     if not isinstance(kind, str) or kind not in KINDS:
         _fail(path, f"kind {kind!r} is not one of {KINDS}")
     impl = meta["impl"]

@@ -26,6 +26,9 @@ class Result(NamedTuple):
     seconds: float = 0.0  # implementation run time
     spec_seconds: float = 0.0
     bias: tuple = ()  # ((token, d_t), ...): compare.Verdict.bias
+    # (field, check) pairs of a fail (compare.Failure: every failing output, in compare.OUTPUT_ORDER), or of an
+    # error ((exception type, "raised")): what a finding's signature is named by, never parsed from the message
+    failures: tuple = ()
 
 
 def read_only(inputs):
@@ -73,8 +76,8 @@ def poisoned(outputs):
 
 
 def poison_problem(impl, case, inputs, out):
-    """None, or the first element that an implementation with ``run_into(case, inputs, buffers)`` left
-    unwritten (or wrote differently from run()) in poisoned output buffers."""
+    """None, or (output, text) of the first element that an implementation with ``run_into(case, inputs,
+    buffers)`` left unwritten (or wrote differently from run()) in poisoned output buffers."""
     buffers = poisoned(out)
     impl.run_into(case, read_only(inputs), buffers)
     for k, v in out.items():
@@ -83,15 +86,19 @@ def poison_problem(impl, case, inputs, out):
         differ = np.argwhere(~same)
         if differ.size:
             at = tuple(int(i) for i in differ[0])
-            return f"{k}{list(at)}={got[at]} in the NaN-poisoned buffer but {want[at]} from run()"
+            return k, f"{k}{list(at)}={got[at]} in the NaN-poisoned buffer but {want[at]} from run()"
     return None
 
 
-def compared(case, inputs, outputs, recipe, tag):
+def compared(case, inputs, outputs, recipe, tag, impl_name="the implementation"):
     """compare.COMPARE's verdict on `outputs`, with numpy's RuntimeWarnings raised: an inf·0 or 0/0 the spec did not
     expect would leave a NaN in a bound, and the case is then a finding against the spec or difftest. Signaling NaNs
     in the outputs are made quiet first (widening one raises "invalid value"): a NaN output is the implementation's
-    finding, not the comparison's."""
+    finding, not the comparison's. Outputs that break the plug-in contract (a missing output, a wrong dtype or shape)
+    fail first, blamed on `impl_name` (compare.contract_violation)."""
+    broken = compare.contract_violation(case, outputs, impl_name, tag)
+    if broken is not None:
+        return broken
     outputs = {k: _quiet_nans(v) for k, v in outputs.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
@@ -145,18 +152,21 @@ def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
             np.inf,
             f"{impl.name} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} [{tag}]",
             seconds=time.perf_counter() - t0,
+            failures=((type(e).__name__, "raised"),),
         )
     t1 = time.perf_counter()
     if again is not None and not _same_bits(out, again):
+        differ = tuple((k, "nondeterministic") for k in out if not _same_bits({k: out[k]}, {k: again.get(k)}))
         return Result(
-            "fail", np.inf, f"{impl.name} declares deterministic but two runs differ [{tag}]", seconds=t1 - t0
+            "fail", np.inf, f"{impl.name} declares deterministic but two runs differ [{tag}]", seconds=t1 - t0,
+            failures=differ or (("outputs", "nondeterministic"),),
         )
     writes_into = hasattr(impl, "run_into") and runner is None
     problem = poison_problem(impl, case, inputs, out) if writes_into else None
     if problem:
-        return Result("fail", np.inf, f"{problem} [{tag}]", seconds=t1 - t0)
+        return Result("fail", np.inf, f"{problem[1]} [{tag}]", seconds=t1 - t0, failures=((problem[0], "unwritten"),))
     try:
-        v = compared(case, inputs, out, impl.recipe(case), tag)
+        v = compared(case, inputs, out, impl.recipe(case), tag, impl.name)
     except CaseError as e:  # the spec refuses the case: outside the spec's domain
         return Result("skip", 0.0, str(e), seconds=t1 - t0)
     except Exception as e:  # the spec or difftest itself broke on this case: a finding too, named as such
@@ -166,8 +176,10 @@ def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
             f"comparison raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             f" (spec or difftest, not {impl.name}) [{tag}]",
             seconds=t1 - t0,
+            failures=((f"comparison {type(e).__name__}", "raised"),),
         )
     status = "pass" if v.ok else "fail"
     return Result(
-        status, float(v.ratio), v.message, v.excluded, v.near_ties, t1 - t0, time.perf_counter() - t1, v.bias
+        status, float(v.ratio), v.message, v.excluded, v.near_ties, t1 - t0, time.perf_counter() - t1, v.bias,
+        tuple(tuple(f) for f in v.failures),
     )

@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -62,7 +63,8 @@ class Signature(NamedTuple):
     op: str
     impl: str
     kind: str  # mismatch | error | crash | hang
-    field: str  # mismatch: the output named first (ids, weights, out, codes, ...); error: the exception type
+    field: str  # mismatch: the failing output first in compare.OUTPUT_ORDER; error: the exception type; crash,
+    # hang: how the worker ended (crash_field)
     slice: str  # the value of the config field the op's campaign is split by (strategies.SLICES)
 
     def __str__(self):
@@ -70,9 +72,11 @@ class Signature(NamedTuple):
 
 
 def field_of(kind, message, impl_name):
-    """The field of a failure message: the first word after the implementation's name for a mismatch
-    (``weights(by id)[0, 1]=...`` -> ``weights``), the exception type for an error, the first word of the
-    detail for a crash or hang (``signal``, ``exit``, ``no``)."""
+    """The field a failure message gave before results carried their failing fields (check.Result.failures):
+    the first word after the implementation's name for a mismatch (``weights(by id)[0, 1]=...`` -> ``weights``),
+    the exception type for an error, the first word of the detail for a crash or hang. Only for records made
+    before then (fixtures without stored signatures, cases.jsonl rows without failures); a message edited by
+    hand gives any word."""
     rest = message[len(impl_name):] if message.startswith(impl_name) else message
     if kind == "error":
         m = re.search(r"raised (\w+)", rest)
@@ -83,31 +87,70 @@ def field_of(kind, message, impl_name):
     return m.group(0) if m else ""
 
 
+def crash_field(outcome):
+    """The field of a crash or hang, from its isolation Outcome: the signal that ended the worker
+    (``SIGSEGV``), ``exit N``, or a CUDA context left unusable (the only crash with neither); a hang is
+    ``timeout``."""
+    if outcome.kind == "hang":
+        return "timeout"
+    if outcome.signal is not None:
+        return signal.Signals(outcome.signal).name
+    return f"exit {outcome.exit}" if outcome.exit is not None else "CUDA context"
+
+
 def slice_of(op, config):
     """The value of the field `op`'s campaign is split by (strategies.SLICES), of a config or its dict."""
     field = strategies.SLICES[op][0]
     return str(config.get(field, "") if isinstance(config, dict) else getattr(config, field, ""))
 
 
-def signature(op, impl_name, kind, message, config):
-    return Signature(op, impl_name, kind, field_of(kind, message or "", impl_name), slice_of(op, config))
+def signature(op, impl_name, kind, fields, config):
+    """The Signature of a failure whose result names `fields` (check.Result.failures, (field, check) pairs
+    in compare.OUTPUT_ORDER, or bare field names): the first one."""
+    return signatures(op, impl_name, kind, fields, config)[0]
+
+
+def signatures(op, impl_name, kind, fields, config):
+    """[Signature] of a failure, one per failing field, the finding's own first (what fixtures.write stores:
+    one bug may fail in several outputs, a zero scale and the NaN it makes)."""
+    names = list(dict.fromkeys(f if isinstance(f, str) else f[0] for f in fields)) or [""]
+    return [Signature(op, impl_name, kind, name, slice_of(op, config)) for name in names]
+
+
+def row_fields(row):
+    """The failing fields of a cases.jsonl row (or a fixture's observed record): its ``failures``; a row
+    written before rows carried them falls back to the field its message gives (field_of)."""
+    if row.get("failures"):
+        return [f[0] for f in row["failures"]]
+    return [field_of(row["kind"], row.get("message") or "", row.get("impl", ""))]
+
+
+def fixture_signatures(meta):
+    """The Signatures of a fixture's case.json: those stored when it was recorded (fixtures.write), the
+    finding's own first. A fixture written before signatures were stored falls back to the old derivation
+    from its observed message (field_of), which gives any word where that message was edited by hand."""
+    kind = meta.get("kind") or fixtures.kind_of(meta["observed"])
+    if meta.get("signatures"):
+        return [Signature(*s) for s in meta["signatures"]]
+    case = meta["case"]
+    observed = {**meta["observed"], "kind": kind, "impl": meta["impl"]["name"]}
+    return signatures(case["op"], meta["impl"]["name"], kind, row_fields(observed), case["config"])
 
 
 def fixture_signature(meta):
-    """The Signature of a fixture's case.json (the observed message names the field)."""
-    kind = meta.get("kind") or fixtures.kind_of(meta["observed"])
-    case = meta["case"]
-    return signature(case["op"], meta["impl"]["name"], kind, meta["observed"].get("message"), case["config"])
+    """The Signature of the finding a fixture records (the first of fixture_signatures)."""
+    return fixture_signatures(meta)[0]
 
 
 def known_signatures(root):
-    """Signatures of the open fixtures under root (``fuzz --known DIR``): failures already recorded, not
-    reported again. Fixed fixtures are left out: their failure coming back is a regression, a finding."""
+    """Signatures of the open fixtures under root (``fuzz --known DIR``), every field each one stores: failures
+    already recorded, not reported again. Fixed fixtures are left out: their failure coming back is a
+    regression, a finding."""
     out = set()
     for path in fixtures.discover(root):
         meta = json.loads((path / "case.json").read_text())
         if meta.get("status") == "open":
-            out.add(fixture_signature(meta))
+            out.update(fixture_signatures(meta))
     return out
 
 
@@ -149,7 +192,7 @@ def run_classified(impl, case, inputs=None, *, repeat=False, runner=None):
     crash = watched.failed if watched is not None else None
     if crash is not None:
         message = f"{impl.name} {crash.kind}: {crash.detail} [{case.op}, {impl.name}]"
-        return result._replace(message=message), crash.kind, crash
+        return result._replace(message=message, failures=((crash_field(crash), crash.kind),)), crash.kind, crash
     return result, {"fail": "mismatch", "error": "error"}.get(result.status), None
 
 
@@ -165,8 +208,10 @@ def tell_tester_error(message):
 
 
 def observed(result, crash=None):
-    """A fixture's observed record; a crash or hang adds the signal or exit status and the last output."""
-    obs = {"status": result.status, "ratio": result.ratio, "message": result.message}
+    """A fixture's observed record: status, ratio, message and the failing (field, check) pairs the result
+    names; a crash or hang adds the signal or exit status and the last output."""
+    obs = {"status": result.status, "ratio": result.ratio, "message": result.message,
+           "failures": [list(f) for f in result.failures]}
     if crash is not None:
         tail = crash.output_tail[-fixtures.OUTPUT_TAIL_CHARS :]
         obs.update(signal=crash.signal, exit=crash.exit, output_tail=tail, seconds=round(crash.seconds, 3))
@@ -410,6 +455,7 @@ def case_row(impl_name, case, result, recipe=None, kind=None):
         "excluded_tokens": result.excluded,
         "near_tie_tokens": result.near_ties,
         "bias": [list(p) for p in result.bias],
+        "failures": [list(f) for f in result.failures],
     }
 
 
@@ -517,7 +563,7 @@ def fuzz_cell(
         state["compared"] += 1
         if refusals is not None:
             refusals.accepted(case.config)
-        sig = None if kind is None else signature(case.op, impl.name, kind, result.message, case.config)
+        sig = None if kind is None else signature(case.op, impl.name, kind, result.failures, case.config)
         if sig in known:
             state["known"][sig] += 1
             event(f"known: {sig}")
@@ -560,7 +606,7 @@ def fuzz_cell(
         case, result, kind, crash = state["last_failure"]  # Hypothesis replays the shrunk example last
         path = save(case, result, kind, crash)
         message = result.message + ("\n" + REPLAY.format(path=path) if path else f"\ncase: {case.to_json()}")
-        sig = signature(case.op, impl.name, kind, result.message, case.config)
+        sig = signature(case.op, impl.name, kind, result.failures, case.config)
         known.add(sig)
         return CellResult(state["examples"], message, None if path is None else str(path), state["compared"],
                           state["skips"], sig, state["known"])
@@ -622,7 +668,8 @@ def recover_pending(workdir, fixtures_root):
                        f"(recovered from the write-ahead log) [{case.op}, {impl.name}]")
             paths.append(fixtures.write(
                 fixtures_root, case, ref, impl, impl.recipe(case),
-                {"status": "error", "ratio": None, "message": message}, _expected(impl, case),
+                {"status": "error", "ratio": None, "message": message, "failures": [["died", "crash"]]},
+                _expected(impl, case),
                 provenance="difftest fuzz: recovered from the write-ahead log of a campaign that died",
                 kind="crash"))
         settle_pending(workdir, [c for c, _ in cases], ref)

@@ -86,7 +86,7 @@ def prepare_batch(op, configs, n, seed, weight_seed=None):
 def run_on_device(impl, case, inputs, runner=None):
     """(status, message, outputs, seconds): the implementation's outputs on the case's generated inputs, or why
     it has none (skip: unsupported, or inputs refused — then `inputs` is the reason; error: it raised or
-    crashed)."""
+    crashed, and outputs is then check.Result.failures: the exception type)."""
     reason = None if case.op in impl.ops else f"{impl.name} does not implement op {case.op}"
     reason = reason or impl.unsupported(case) or (inputs if isinstance(inputs, str) else None)
     if reason:
@@ -100,8 +100,8 @@ def run_on_device(impl, case, inputs, runner=None):
         if interface.is_harness_error(e):  # ... unless the tester's machinery raised (check.TESTER_ERROR)
             return "skip", check.tester_error(e, f"{case.op}, {impl.name}"), None, time.perf_counter() - t0
         line = str(e).splitlines()[0] if str(e) else ""
-        return "error", f"{impl.name} raised {type(e).__name__}: {line} [{case.op}, {impl.name}]", None, \
-            time.perf_counter() - t0
+        return "error", f"{impl.name} raised {type(e).__name__}: {line} [{case.op}, {impl.name}]", \
+            ((type(e).__name__, "raised"),), time.perf_counter() - t0
     return "ran", "", {k: np.asarray(v) for k, v in out.items()}, time.perf_counter() - t0
 
 
@@ -117,9 +117,9 @@ def verify(case, outputs, recipe, tag):
     except Exception as e:
         line = str(e).splitlines()[0] if str(e) else ""
         return check.Result("error", np.inf, f"comparison raised {type(e).__name__}: {line} (spec or difftest) "
-                                             f"[{tag}]"), None
+                                             f"[{tag}]", failures=((f"comparison {type(e).__name__}", "raised"),)), None
     result = check.Result("pass" if v.ok else "fail", float(v.ratio), v.message, v.excluded, v.near_ties,
-                          spec_seconds=time.perf_counter() - t0)
+                          spec_seconds=time.perf_counter() - t0, failures=tuple(tuple(f) for f in v.failures))
     return result, None if v.ok else impl_spec.expected(case, inputs, recipe)
 
 
@@ -202,7 +202,8 @@ class Pipeline:
                     continue
                 items.append((case, outputs, recipe, f"{case.op}, {impl.name}", seconds))
             else:
-                result = check.Result(status, np.inf if status == "error" else 0.0, message, seconds=seconds)
+                result = check.Result(status, np.inf if status == "error" else 0.0, message, seconds=seconds,
+                                      failures=outputs if status == "error" else ())
                 self._record(impl, case, result, None, record)
         return items
 
@@ -217,7 +218,7 @@ class Pipeline:
         record(campaign.case_row(impl.name, case, result, campaign.recipe_name(impl, case), kind))
         if kind is None:
             return
-        sig = campaign.signature(case.op, impl.name, kind, result.message, case.config)
+        sig = campaign.signature(case.op, impl.name, kind, result.failures, case.config)
         if sig in self.signatures:
             return
         self.signatures.add(sig)
@@ -228,7 +229,7 @@ class Pipeline:
         except CaseError:
             expected = {}
         path = fixtures.write(self.out / "fixtures", case, self.impl_ref, impl, recipe,
-                              {"status": result.status, "ratio": result.ratio, "message": result.message}, expected,
+                              campaign.observed(result), expected,
                               provenance=PROVENANCE, kind=kind)
         self.findings.append({"impl": impl.name, "op": case.op, "kind": kind, "message": result.message,
                               "fixture": str(path), "signature": list(sig)})

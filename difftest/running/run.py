@@ -192,13 +192,13 @@ def cell_shares(out):
 def failures_by_signature(out):
     """Counter of campaign.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
     steps included): the cases behind each finding, known ones too."""
-    from .campaign import signature
+    from .campaign import row_fields, signature
 
     n = Counter()
     for p in out.glob("cases-*.jsonl"):
         for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
             if row.get("kind"):
-                n[signature(row["op"], row.get("impl", ""), row["kind"], row["message"], row["case"]["config"])] += 1
+                n[signature(row["op"], row.get("impl", ""), row["kind"], row_fields(row), row["case"]["config"])] += 1
     return n
 
 

@@ -26,7 +26,7 @@ def _biased_weights_run(case, inputs):
     w = w * np.float32(1.0 if c.routed_scaling_factor is None else c.routed_scaling_factor)
     weights = out["weights"].copy()
     weights[:, :k] = w
-    return {"ids": out["ids"], "weights": weights}
+    return {**out, "weights": weights}  # the ids and the padded permutation (tile_tokens_dim) as torch's
 
 
 def _rsf_twice_run(case, inputs):

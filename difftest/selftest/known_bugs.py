@@ -115,7 +115,7 @@ def _k03_run(case, inputs):
     out = TORCH.run(case, inputs)
     w = np.take_along_axis(inputs["logits"], out["ids"].astype(np.int64), axis=1)
     rsf = np.float32(1.0 if c.routed_scaling_factor is None else c.routed_scaling_factor)
-    return {"ids": out["ids"], "weights": (w * rsf).astype(np.float32)}
+    return {**out, "weights": (w * rsf).astype(np.float32)}  # ids and permutation as torch's
 
 
 def _k05_k06_weights(case, inputs, ids):
@@ -137,7 +137,7 @@ def _k05_k06_weights(case, inputs, ids):
 def _k05_run(case, inputs):
     """K5: torch's selection (ties: lower id, as the spec), weights recovered by subtraction."""
     out = TORCH.run(case, inputs)
-    return {"ids": out["ids"], "weights": _k05_k06_weights(case, inputs, out["ids"])}
+    return {**out, "weights": _k05_k06_weights(case, inputs, out["ids"])}  # ids and permutation as torch's
 
 
 K6_SINGLE_CLUSTER_MAX_TOKENS = 256  # FlashInfer routing dispatch: above it, cooperative / histogram paths
