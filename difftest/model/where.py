@@ -169,6 +169,12 @@ def from_space(space, owner="the plug-in"):
     return out
 
 
+def for_impl(filters, impl):
+    """The filters an implementation's cells draw inside: `filters` (--where) and its declared ``space``."""
+    space = getattr(impl, "space", None)
+    return merge(filters or {}, {} if space is None else from_space(space, impl.name))
+
+
 def merge(*wheres):
     """The intersection of several {field: Constraint}."""
     out = {}

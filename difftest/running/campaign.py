@@ -29,7 +29,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 from ..artifacts import fixtures
 from ..checking import interface
 from ..checking.check import run_case
-from ..model import strategies
+from ..model import pairs, strategies
 from ..model.case import CaseError
 from .isolation import IsolatedRunner, pending, settle_pending
 
@@ -449,6 +449,7 @@ def fuzz_cell(
     known=None,
     deadline=None,
     pause=None,
+    pairwise=None,
 ):
     """Run Hypothesis over cases of `op` for `impl`. A failure is shrunk, written under fixtures_root (if
     given) and returned in CellResult.finding; record(row) sees every example (shrink steps included).
@@ -459,7 +460,9 @@ def fuzz_cell(
     on (neither targeted nor shrunk), and the signature of a new finding is added to it. Past ``deadline``
     (time.monotonic()) the next example ends the cell: with the smallest failure so far if there is one (a
     finding, shrunk as far as the time allowed), else with what was counted so far. Past ``pause`` (the end of a
-    turn of a timed campaign) the next example ends the cell unless a failure is in hand, which is shrunk on."""
+    turn of a timed campaign) the next example ends the cell unless a failure is in hand, which is shrunk on.
+    ``pairwise`` (a pairs.Pairwise) steers one draw in pairs.STEER_ODDS toward a pair of field values that no
+    compared case of this implementation and op has had yet, and is told of every compared case."""
     state = {"examples": 0, "compared": 0, "skips": Counter(), "last_failure": None, "first_crash": None,
              "known": Counter()}
     known = set() if known is None else known
@@ -491,6 +494,8 @@ def fuzz_cell(
             event(f"skip: {result.message.split(':')[0]}")
             return
         state["compared"] += 1
+        if cell_pairs is not None:  # pairwise coverage (difftest/model/pairs.py): the steering's state
+            cell_pairs.saw(case)
         sig = None if kind is None else signature(case.op, impl.name, kind, result.message, case.config)
         if sig in known:
             state["known"][sig] += 1
@@ -513,7 +518,9 @@ def fuzz_cell(
     # a part of its own.
     cell_key = database_key(impl, op, impl_ref, configs, weight_seed) + (
         ("|known " + ";".join(sorted(map(str, known)))).encode() if known else b"")
-    test = given(strategies.cases(op, configs, special=special, weight_seed=weight_seed))(check)
+    cell_pairs = None if pairwise is None else pairwise.cell(impl, op, configs)  # after cell_key: the key stays
+    drawn = pairs.steered(configs, op, cell_pairs)  # configs itself without pairwise
+    test = given(strategies.cases(op, drawn, special=special, weight_seed=weight_seed))(check)
     if run_seed is not None:  # before the settings: @seed alone sets database=None (Hypothesis 6.1xx)
         test = hypothesis_seed(run_seed)(test)
     if hypothesis_settings is not None or run_seed is None:
@@ -677,6 +684,7 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             known=kwargs.get("known"),
             deadline=deadline,
             pause=min(deadline, t0 + turn_s[impl_ref, op]),
+            pairwise=kwargs.get("pairwise"),
         )
         seconds = time.monotonic() - t0
         spent_op[op] += seconds
