@@ -84,6 +84,12 @@ def test_a_missing_pair_is_reported_and_skips_and_other_implementations_do_not_c
     assert (full["covered"], full["percent"], full["cells"][0]["missing"]) == (77, 100.0, [])
 
 
+def test_a_case_without_tokens_covers_only_its_pairs_with_no_tokens():
+    assert len(pairs.pairs_of("quant", quant("fp32", "col", 5))) == 28  # 8 fields: every pair
+    empty = pairs.pairs_of("quant", quant("fp32", "col", 0))
+    assert len(empty) == 7 and all(("num_tokens", "0") in p for p in empty)
+
+
 @pytest.mark.parametrize("op", ["routing", "quant", "trtllm_ops"])
 def test_every_witness_of_a_reachable_pair_is_compared(op):
     """Reachable means compared: the witness of each pair runs through the spec without a skip (the case model
