@@ -469,7 +469,8 @@ def build(rows, summary, links, notes=(), top=TOP):
         "run": {k: summary.get(k) for k in ("impls", "ops", "model", "seed", "workers", "seconds")},
         "totals": {"cases": len(rows), "status": {s: status[s] for s in _ordered_statuses(status)},
                    "max_ratio": max_ratio, "max_ratio_impl": max_row and max_row["impl"],
-                   "max_ratio_op": max_row and max_row["op"], "fixtures": len(links)},
+                   "max_ratio_op": max_row and max_row["op"], "fixtures": len(links),
+                   "pairwise": summary.get("pairwise")},  # difftest/model/pairs.py coverage
         "counts": [{"op": op, "impl": impl, "recipe": recipe, "total": sum(c.values()),
                     **{s: c[s] for s in _ordered_statuses(status)}}
                    for (op, impl, recipe), c in sorted(counts.items())],
@@ -618,6 +619,7 @@ def _section_totals(rep):
         ("max error/bound ratio (1.0 = exactly at the derived bound)",
          t["max_ratio"] if t["max_ratio"] is not None else "no case ran"),
         ("reached by", reached), ("fixtures written", t["fixtures"]),
+        ("pairwise coverage (pairs of field values compared, of those reachable)", _pairwise_text(t.get("pairwise"))),
         ("implementations", ", ".join(run["impls"] or []) or NOT_RECORDED),
         ("ops", ", ".join(run["ops"] or []) or NOT_RECORDED), ("model preset", run["model"] or "none"),
         ("seed", run["seed"]), ("workers", run["workers"]), ("wall seconds", run["seconds"])]
@@ -626,6 +628,12 @@ def _section_totals(rep):
     out += "".join(f"<p class=\"note\">{html.escape(n)}</p>" for n in rep["notes"])
     out += "".join(f"<p class=\"err\">worker error: {html.escape(e)}</p>" for e in rep["worker_errors"])
     return out
+
+
+def _pairwise_text(p):
+    if not isinstance(p, dict) or "percent" not in p:
+        return NOT_RECORDED
+    return f"{p['percent']:g} % of {p['reachable']:,} ({p['covered']:,} covered)"
 
 
 def _section_hosts(rep):

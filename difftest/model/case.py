@@ -276,6 +276,8 @@ def check_routing(c):
     _require(
         c.group_mask_value in GROUP_MASK_VALUES, f"group_mask_value={c.group_mask_value} must be 0.0 or -inf"
     )
+    _require(c.method == "deepseek_v2" or c.group_mask_value == -math.inf,  # the spec's own precondition
+             f"group_mask_value applies to deepseek_v2 only; {c.method} masks dropped groups with -inf")
     tile = c.tile_tokens_dim
     _require(
         tile is None or (isinstance(tile, int) and 1 <= tile <= MAX_TILE_TOKENS and tile & (tile - 1) == 0),

@@ -176,6 +176,17 @@ def unknown_fields(op, contract=1, capabilities=()):
     return {field: Constraint((value,)) for field, value in neutral_fields(op, contract, capabilities).items()}
 
 
+def for_impl(filters, impl, op=None):
+    """The filters an implementation's cells draw inside: `filters` (--where) and its declared ``space``; with `op`,
+    also the fields of op added after its contract, at their neutral values (unknown_fields), unless those name them."""
+    space = getattr(impl, "space", None)
+    inside = merge(filters or {}, {} if space is None else from_space(space, impl.name))
+    if op is None:
+        return inside
+    unknown = unknown_fields(op, getattr(impl, "contract", 1), tuple(getattr(impl, "capabilities", ()) or ()))
+    return merge(inside, {f: c for f, c in unknown.items() if f not in inside})
+
+
 def merge(*wheres):
     """The intersection of several {field: Constraint}."""
     out = {}

@@ -31,7 +31,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 from ..artifacts import fixtures
 from ..checking import interface
 from ..checking.check import is_tester_error, run_case
-from ..model import learn, strategies
+from ..model import learn, pairs, strategies
 from ..model.case import CaseError
 from .isolation import IsolatedRunner, pending, settle_pending
 
@@ -510,6 +510,7 @@ def fuzz_cell(
     deadline=None,
     pause=None,
     refusals=None,
+    pairwise=None,
 ):
     """Run Hypothesis over cases of `op` for `impl`. A failure is shrunk, written under fixtures_root (if
     given) and returned in CellResult.finding; record(row) sees every example (shrink steps included).
@@ -522,7 +523,9 @@ def fuzz_cell(
     finding, shrunk as far as the time allowed), else with what was counted so far. Past ``pause`` (the end of a
     turn of a timed campaign) the next example ends the cell unless a failure is in hand, which is shrunk on.
     ``refusals`` (a learn.Refusals of this implementation and op) is what it was seen to decline: not drawn, and
-    taught by every decline of this cell; once the cell's own slice value is refused the cell ends (``refused``)."""
+    taught by every decline of this cell; once the cell's own slice value is refused the cell ends (``refused``).
+    ``pairwise`` (a pairs.Pairwise) steers one draw in pairs.STEER_ODDS toward a pair of field values that no
+    compared case of this implementation and op has had yet, and is told of every compared case."""
     state = {"examples": 0, "compared": 0, "skips": Counter(), "last_failure": None, "first_crash": None,
              "known": Counter(), "refused": False, "learned": False}
     known = set() if known is None else known
@@ -563,6 +566,8 @@ def fuzz_cell(
         state["compared"] += 1
         if refusals is not None:
             refusals.accepted(case.config)
+        if cell_pairs is not None:  # pairwise coverage (difftest/model/pairs.py): the steering's state
+            cell_pairs.saw(case)
         sig = None if kind is None else signature(case.op, impl.name, kind, result.failures, case.config)
         if sig in known:
             state["known"][sig] += 1
@@ -591,6 +596,8 @@ def fuzz_cell(
         if not refusals.stored:
             refusals.load(learned_db, learned_key)
     drawn = configs if refusals is None or configs is None else refusals.avoiding(configs)
+    cell_pairs = None if pairwise is None else pairwise.cell(impl, op, configs)  # after cell_key: the key stays
+    drawn = pairs.steered(drawn, op, cell_pairs)  # drawn itself without pairwise
     test = given(strategies.cases(op, drawn, special=special, weight_seed=weight_seed))(check)
     if run_seed is not None:  # before the settings: @seed alone sets database=None (Hypothesis 6.1xx)
         test = hypothesis_seed(run_seed)(test)
@@ -778,6 +785,7 @@ def timed_cells(cells, deadline, slice_s, run_seed, **kwargs):
             deadline=deadline,
             pause=min(deadline, t0 + turn_s[impl_ref, op]),
             refusals=refusals_of(kwargs.get("refusals"), impl_ref, op),
+            pairwise=kwargs.get("pairwise"),
         )
         seconds = time.monotonic() - t0
         spent_op[op] += seconds

@@ -47,15 +47,12 @@ def campaign_cells(impl_refs, ops, model, filters=None):
     found = []
     for ref in impl_refs:
         impl = interface.load(ref)
-        space = getattr(impl, "space", None)
-        inside = where.merge(filters or {}, {} if space is None else where.from_space(space, impl.name))
         for op in (o for o in ops if o in impl.ops):
             base = presets.configs(model, op) if model else None
             if model and base is None:
                 continue
-            unknown = where.unknown_fields(op, *interface.contract_of(impl))  # fields added after its contract
-            narrowed = where.merge(inside, {f: c for f, c in unknown.items() if f not in inside})
-            found += [(impl, ref, op, configs) for _, configs in where.slices(op, narrowed, base)]
+            inside = where.for_impl(filters, impl, op)  # --where, its space and its contract
+            found += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base)]
     return found
 
 
@@ -68,7 +65,7 @@ def _interrupt(signum, frame):
 def _worker(w, args, out, start, deadline, queue, stop):
     from hypothesis.errors import Unsatisfiable
 
-    from ..model import presets
+    from ..model import pairs, presets
     from . import campaign
 
     # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
@@ -85,7 +82,8 @@ def _worker(w, args, out, start, deadline, queue, stop):
         campaign.warn_once_per(out / "difftest-workers" / "redis-warned")
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
                       stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None,
-                      known=set(args.known_signatures))  # grows with each finding: later ones must differ
+                      known=set(args.known_signatures),  # grows with each finding: later ones must differ
+                      pairwise=pairs.Pairwise(args.where, args.model, (w, args.workers)))  # steers to uncovered pairs
         if args.max_examples is None:
             runs = campaign.timed_cells(cells, deadline, SLICE_S, args.seed * 64 + w, db=db, local_db=local_db,
                                         refusals=learned, **common)
@@ -212,6 +210,16 @@ def bias_cells(out):
         for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
             monitor.add(row)
     return monitor.findings(), monitor.cells_summary()
+
+
+def pairwise(args, out):
+    """summary.json's "pairwise": the pairs of field values that this run's compared cases (cases-*.jsonl, before
+    the merge) have, among those reachable in its cells (difftest/model/pairs.py)."""
+    from ..model import pairs
+
+    rows = (row for p in sorted(out.glob("cases-*.jsonl"))
+            for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())))
+    return pairs.coverage(rows, campaign_cells(args.impl, args.op, args.model, args.where), args.where, args.model)
 
 
 def nothing_compared(cases, skips, limit):
@@ -496,6 +504,7 @@ def run_campaign(args, out):
     """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
     workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
     from ..artifacts import merge, report
+    from ..model import pairs
     from . import campaign
     from .isolation import atomic_write_text
 
@@ -536,6 +545,7 @@ def run_campaign(args, out):
     shares = cell_shares(out)
     per_signature = failures_by_signature(out)
     biased, evidence = bias_cells(out)
+    pairwise_coverage = None if errors else pairwise(args, out)  # a failed worker: exit 2, no coverage to tell
     summary = summarize(out)
     summary.update(
         {
@@ -549,6 +559,7 @@ def run_campaign(args, out):
             "worker_errors": errors,
             "interrupted": received[0] if received else None,
             "compared": compared,
+            "pairwise": pairwise_coverage,
             "distinct_findings": distinct_findings(findings, per_signature),
             "bias_findings": biased,
             "bias_cells": evidence,
@@ -571,6 +582,8 @@ def run_campaign(args, out):
     )
     for line in share_lines(shares, refused):
         print(line)
+    if pairwise_coverage is not None:
+        print(pairs.summary_line(pairwise_coverage))
     for line in finding_lines(findings):
         print(line)
     distinct = summary["distinct_findings"]
