@@ -74,7 +74,8 @@ def test_cli_only_parses_and_dispatches():
 
 def test_every_module_sits_in_a_layer():
     top = {m for m in map(module_name, (ROOT / "difftest").rglob("*.py")) if layer(m) is None}
-    entry = {"difftest", "difftest.__main__", "difftest.cli", "difftest.usage"}
+    entry = {"difftest", "difftest.__main__", "difftest.cli", "difftest.usage",
+             "difftest.plugin"}  # the plug-in contract: a façade over the layers, like the CLI
     assert top == entry | {f"difftest.{g}" for g in LAYERS}
 
 

@@ -99,7 +99,7 @@ class Refusals:
     def _causes(self, impl, case):
         """(field, value) of `case` whose change alone makes `impl` accept it; when none does (a case that breaks
         several of its constraints at once), the fields of the repair path (_repair), each one of several causes."""
-        out = [(field, value) for field, value, other, reason in self._changes(impl, case) if not reason]
+        out = list(dict.fromkeys((field, value) for field, value, _, reason in self._changes(impl, case) if not reason))
         return out or [(field, value) for field, value in self._repair(impl, case)[1:]]
 
     def _changes(self, impl, case):
