@@ -13,6 +13,7 @@ from difftest import plugin
 DRY = Path(__file__).resolve().with_name("dry_adapters.py")
 
 EXAMPLES = {"routing": 60, "quant": 40, "trtllm_ops": 20, "moe": 20}  # per slice: the learning is paid once
+FEWER = {"flashinfer.mono_moe": 4}  # its one shape (E = 256, H = 2,048) costs the spec seconds a case; its space is all
 
 
 # Measured below 80 % at these counts (compared/drawn), each for a constraint between fields that neither its space
@@ -31,6 +32,6 @@ def test_each_adapter_compares_most_of_what_its_campaign_draws(name):
     compares cases in every op it implements."""
     impl = dry_adapters.DRY[name]
     for op in impl.ops:
-        found = plugin.fuzz(f"{DRY}:{name.replace('.', '_')}", op, max_examples=EXAMPLES[op])
+        found = plugin.fuzz(f"{DRY}:{name.replace('.', '_')}", op, max_examples=FEWER.get(name, EXAMPLES[op]))
         assert found.compared and found.compared >= 0.8 * found.drawn, (op, found)
         assert not found.findings, found.findings  # the spec against itself under the adapter's recipe

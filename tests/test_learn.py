@@ -99,13 +99,13 @@ def fuzz(*args):
 
 def test_the_next_campaign_starts_with_what_was_learned(tmp_path):
     """Refusals are kept in the example database: a second campaign with the same --db declines nothing."""
-    args = ("--impl", f"{SUBSETS}:ONE_METHOD", "--op", "routing", "--max-examples", "20", "--db", str(tmp_path / "db"))
+    args = ("--impl", f"{SUBSETS}:ONE_METHOD", "--op", "routing", "--max-examples", "8", "--db", str(tmp_path / "db"))
     first = fuzz(*args, "--out", str(tmp_path / "first"))
     assert first.returncode == 0 and "learned: one-method-routing declines method=topk" in first.stdout, first.stdout
     second = fuzz(*args, "--out", str(tmp_path / "second"))
     assert second.returncode == 0, second.stdout + second.stderr
     summary = json.loads((tmp_path / "second" / "summary.json").read_text())
     cell = summary["cells"]["one-method-routing routing"]
-    assert cell["compared"] == cell["drawn"] == 20 and not cell["declined"], cell
+    assert cell["compared"] == cell["drawn"] == 8 and not cell["declined"], cell
     with gzip.open(tmp_path / "second" / "cases.jsonl.gz", "rt") as f:
         assert all("t" in json.loads(line) for line in f)  # each case row carries its time since the start
