@@ -19,7 +19,7 @@ from difftest.artifacts import rundir
 from difftest.checking.check import run_case
 from difftest.checking.impl_spec import SPEC
 from difftest.model import pairs, where
-from difftest.model.case import Case, QuantConfig
+from difftest.model.case import CONTRACT, Case, QuantConfig
 from difftest.running import campaign
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +36,10 @@ def _declines_empty_col_tma(case):
     return "no empty col_tma buffers" if case.op == "quant" and c.layout == "col_tma" and c.num_tokens == 0 else None
 
 
-STUB = SimpleNamespace(name="stub", unsupported=_declines_empty_col_tma)
-ANY = SimpleNamespace(name="any", unsupported=lambda case: None)
+# Of the current contract: every field of the case model reaches them (a contract-1 stub would have the fields added
+# since held at their neutral values, difftest.plugin)
+STUB = SimpleNamespace(name="stub", unsupported=_declines_empty_col_tma, contract=CONTRACT)
+ANY = SimpleNamespace(name="any", unsupported=lambda case: None, contract=CONTRACT)
 
 
 def pinned_cells(impl=STUB):
