@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .model.case import OPS
+from .model import OPS
 from .running import run
 from .usage import Parser, finite, table
 

@@ -17,7 +17,8 @@ from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
 from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
 from spec.routing import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS  # the method table: spec.routing.METHODS
 
-OPS = ("routing", "quant", "moe", "trtllm_ops")
+from . import OPS  # noqa: F401 (its home is the package, so the command line names ops without numpy)
+
 ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh", "relu2", "silu", "gelu", "identity")
 GATED_ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh")
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..model.case import OPS
+from ..model import OPS
 from ..usage import UsageError, finite, free_dir
 
 DEFAULT_BUDGET_S = 120  # without --max-examples; with it the examples alone decide (campaign_budget)
