@@ -131,6 +131,19 @@ def test_usage_errors_fail_before_torch_or_any_kernel_library_is_imported(tmp_pa
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_malformed_command_line_is_answered_before_numpy_is_imported(tmp_path):
+    """What argparse alone can reject (an unknown flag or op, a missing command) costs the interpreter's start and
+    nothing else: no numpy, no spec, no hypothesis. The command names its ops from difftest.model's package init."""
+    probe = ("import json, sys\nfrom difftest import cli\n"
+             "rcs = [cli.main(a) for a in (['fuzz', '--bogus'], ['fuzz', '--op', 'nope'], ['nope'])]\n"
+             "print(json.dumps([rcs, sorted(m for m in ('numpy', 'spec', 'hypothesis') if m in sys.modules)]))")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    rcs, imported = json.loads(r.stdout.splitlines()[-1])
+    assert rcs == [2, 2, 2] and imported == [], (rcs, imported, r.stderr)
+
+
 def test_a_spec_precondition_is_a_refusal_in_the_specs_words():
     import pytest
 
