@@ -332,3 +332,15 @@ def test_a_gpu_fixtures_signatures_are_what_the_comparison_names_on_what_the_ker
     fx = fixtures.load(path)
     v = check.compared(fx.case, fx.inputs, _kernel_said(fx), fx.recipe, "t", fx.meta["impl"]["name"])
     assert [f.field for f in v.failures] == [s.field for s in campaign.fixture_signatures(fx.meta)], v
+
+
+def test_a_finding_two_workers_meet_is_printed_once(tmp_path):
+    """Workers share the run directory: the first to meet a signature prints it, the others stay quiet; another
+    signature is printed again; run_campaign clears the markers, so a resumed run prints its findings anew."""
+    from difftest.running import run
+
+    workers = tmp_path / "difftest-workers"
+    first = ("routing", "plugin", "mismatch", "weights", "deepseek_v3")
+    assert run._first_to_report(workers, first) and not run._first_to_report(workers, first)
+    assert run._first_to_report(workers, (*first[:3], "ids", first[4]))
+    assert len(list(workers.glob("reported-*"))) == 2

@@ -2,6 +2,7 @@
 (implementation, op) cells, a time budget, a clean stop on SIGINT/SIGTERM, the run directory's rows merged and
 summarized (format: difftest/artifacts/rundir.md), and the summary lines."""
 
+import hashlib
 import json
 import math
 import multiprocessing
@@ -54,6 +55,20 @@ def campaign_cells(impl_refs, ops, model, filters=None):
             inside = where.for_impl(filters, impl, op)  # --where, its space and its contract
             found += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base)]
     return found
+
+
+def _first_to_report(workers_dir, signature):
+    """True for the one worker that reports this signature first: a finding two workers both meet is printed once
+    (an exclusive create of a marker named by the signature; run_campaign clears the markers of an earlier run)."""
+    name = "reported-" + hashlib.sha256("\x1f".join(signature).encode()).hexdigest()[:16]
+    try:
+        workers_dir.mkdir(exist_ok=True)
+        os.close(os.open(workers_dir / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:  # an unwritable run directory: better twice than never
+        pass
+    return True
 
 
 def _interrupt(signum, frame):
@@ -110,8 +125,9 @@ def _worker(w, args, out, start, deadline, queue, stop):
                 found.append({"impl": impl.name, "op": op, "message": res.finding, "fixture": res.fixture,
                               "signature": list(res.signature), "seconds": round(time.monotonic() - start, 1),
                               "cases": _count_lines(out.glob("cases-*.jsonl"))})
-                print(f"difftest: FINDING after {found[-1]['seconds']:g} s and {found[-1]['cases']} cases "
-                      f"[{', '.join(res.signature)}] {res.finding.splitlines()[0]}", file=sys.stderr, flush=True)
+                if _first_to_report(out / "difftest-workers", res.signature):
+                    print(f"difftest: FINDING after {found[-1]['seconds']:g} s and {found[-1]['cases']} cases "
+                          f"[{', '.join(res.signature)}] {res.finding.splitlines()[0]}", file=sys.stderr, flush=True)
         if cells and len(unsatisfiable) == len(cells):
             raise Unsatisfiable()
         error = None
@@ -510,6 +526,8 @@ def run_campaign(args, out):
 
     for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
         print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)
+    for marker in (out / "difftest-workers").glob("reported-*"):  # a resumed run prints its findings again
+        marker.unlink()
     budget = campaign_budget(args)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # spawned workers inherit it: one pool per core, not one per worker
