@@ -101,8 +101,9 @@ def test_a_finding_on_one_host_is_replayed_first_by_another(redis_url, tmp_path)
 
 def test_unreachable_redis_is_one_warning_line(tmp_path):
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    # 500 a worker: the campaign runs all of them (--max-examples has no time cap), and the bug came by case 300
-    r = difftest(*CAMPAIGN, "--max-examples", "500", "--workers", "2", "--seed", "0", out=tmp_path / "run", db=url)
+    # a bug every biased case shows (found within the first cases), so that 100 examples a worker hold a finding
+    r = difftest("fuzz", "--impl", "bug:K01", "--model", "deepseek-v3", "--op", "routing", "--max-examples", "100",
+                 "--workers", "2", "--seed", "0", out=tmp_path / "run", db=url)
     assert r.returncode == 1, r.stdout + r.stderr
     warnings = [line for line in r.stderr.splitlines() if "warning: Redis" in line]
     assert len(warnings) == 1 and "Traceback" not in r.stderr, r.stderr
