@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
-                                reason="flashinfer-python not installed "
-                                "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="flashinfer-python not installed "
+                       "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)"),
+]
 torch = pytest.importorskip("torch")
 
 from impls.flashinfer import _trtllm_gen_ops as ops  # noqa: E402
