@@ -39,10 +39,11 @@ echo "gpu tier exit $?"; tail -n 30 "$O/gpu_tier.log"
 
 step "2. fixture reproducers"
 repro() {  # FIXTURE EXPECTED PATH: write the script with the project, run it from outside the tree without it
-  local id; id=$(basename "$1"); mkdir -p "$W/scripts/$id"
-  python3 -m difftest show "$1" --script "$W/scripts/$id/repro.py" > "$W/scripts/$id/show.txt" 2>&1
-  (cd "$W/scripts/$id" && PYTHONPATH=$3 timeout -k 5 100 python3 repro.py > out.txt 2> err.txt)
-  echo -e "$id\texpected $2\texit $?\t$(tail -n 1 "$W/scripts/$id/err.txt" | cut -c1-200)"
+  local id d rc; id=$(basename "$1"); d=$W/scripts/$id; mkdir -p "$d"
+  timeout -k 5 120 python3 -m difftest show "$1" --script "$d/repro.py" > "$d/show.txt" 2>&1
+  (cd "$d" && PYTHONPATH=$3 timeout -k 5 100 python3 repro.py > out.txt 2> err.txt); rc=$?
+  echo -e "$id\t$([ $rc = "$2" ] && echo ok || echo UNEXPECTED) (expected $2, exit $rc)\t$(tail -n 1 "$d/out.txt" |
+    cut -c1-160) $(tail -n 1 "$d/err.txt" | cut -c1-160)"
 }
 export -f repro; export W
 SG=$(python3 -c "import sgl_kernel" 2> /dev/null && echo 1 || echo 2)
