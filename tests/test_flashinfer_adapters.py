@@ -5,9 +5,11 @@ import importlib.util
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
-                                reason="flashinfer-python not installed "
-                                "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="flashinfer-python not installed "
+                       "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)"),
+]
 torch = pytest.importorskip("torch")
 
 from impls.flashinfer import (  # noqa: E402

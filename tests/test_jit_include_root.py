@@ -14,6 +14,7 @@ import pytest
 
 from impls.flashinfer import _trtllm_gen_jit as jit
 
+pytestmark = pytest.mark.gpu  # the GPU tier's: the trtllm-gen JIT helper (runs on any host)
 PROCESSES = 8
 ROUNDS = 24  # per start of the processes (a spawn costs more than a round); each round has its own link
 STATES = ("absent", "stale link", "folder")  # what sits at the link's place before round r: STATES[r % 3]

@@ -142,19 +142,23 @@ def test_a_missing_plugin_is_one_line_and_exit_2(tmp_path):
 
 def test_an_exception_of_the_implementation_is_a_failure_an_import_error_a_refusal(tmp_path):
     """The bug may be the exception itself (exit 1, its line); an ImportError inside run means a package is
-    missing (exit 2, one line)."""
+    missing, and an exception of the tester's machinery (``difftest_harness``: a JIT build that failed) means the
+    kernel never ran (exit 2, one line each)."""
     plugin = tmp_path / "plugin.py"
     source = EXAMPLE.read_text()
     fx = fixtures.load(K1)._replace(impl_ref=f"{plugin}:DEEPSEEK_V3")
     script, _ = reproducer.write_script(fx, tmp_path / "repro.py")
     raising = "    def run(self, case, inputs):"
     assert raising in source
-    for statement, status in (("raise RuntimeError('launch failed')", 1), ("import no_such_kernel_package", 2)):
+    jit_error = "raise type('JitError', (RuntimeError,), {'difftest_harness': True})('building the module failed')"
+    for statement, status, words in (("raise RuntimeError('launch failed')", 1, "raised RuntimeError: launch failed"),
+                                     ("import no_such_kernel_package", 2, "no_such_kernel_package"),
+                                     (jit_error, 2, "building the module failed")):
         plugin.write_text(source.replace(raising, f"{raising}\n        {statement}"))
         run = run_script(script, "difftest")
         assert run.returncode == status, run.stdout + run.stderr
-        assert ("raised RuntimeError: launch failed" in run.stdout if status == 1
-                else _one_line_refusal(run, ran=True) and "no_such_kernel_package" in run.stderr), run.stderr
+        assert (words in run.stdout if status == 1 else _one_line_refusal(run, ran=True) and words in run.stderr), \
+            run.stdout + run.stderr
 
 
 IMPORT_EACH = """import importlib, sys

@@ -570,8 +570,8 @@ def test_shared_expert_weight_convention_torch_equals_spec(rule):
             assert (want[:, -2:] == (1.0 if rule == "one" else 0.0)).all()
 
 
-@pytest.mark.parametrize("device", [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))])
+@pytest.mark.parametrize("device", [pytest.param("cpu"), pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])])
 def test_layer_swiglu_within_the_recipe_bound_of_float64(device):
     """torch's bf16 SwiGLU layer within |torch − spec| + |spec − ideal| of the float64 ideal at torch's ids: the
     spec's hard bound for torch's declared recipe plus that recipe's own error (spec/bounds.py, the shadows the

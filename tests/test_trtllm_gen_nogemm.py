@@ -10,8 +10,10 @@ import pytest
 
 from spec.recipes import NAMED
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
-                                reason="flashinfer-python not installed")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="flashinfer-python not installed"),
+]
 torch = pytest.importorskip("torch")
 
 from difftest.checking import check, impl_spec  # noqa: E402

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None,
-                                reason="flashinfer-python not installed "
-                                "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="flashinfer-python not installed "
+                       "(pip install --no-deps flashinfer-python==0.7.2.post1 apache-tvm-ffi)"),
+]
 torch = pytest.importorskip("torch")
 
 from impls.flashinfer import _trtllm_gen_ops as ops  # noqa: E402
@@ -139,14 +141,15 @@ def test_sf_from_linear_places_each_element_as_declared(layout, m, n):
 
 
 def binding():
-    """The built library (DIFFTEST_TRTLLM_GEN_PREBUILT, else .carry_build/), loaded without a GPU, or a skip."""
+    """The built library in DIFFTEST_TRTLLM_GEN_PREBUILT, loaded without a GPU, or a skip."""
     import tvm_ffi
 
     name = "difftest_trtllm_gen_dev_kernels_sm90a.so"
-    folders = [os.environ.get("DIFFTEST_TRTLLM_GEN_PREBUILT"), Path(__file__).resolve().parents[1] / ".carry_build"]
-    found = [Path(f) / name for f in folders if f and (Path(f) / name).is_file()]
+    folder = os.environ.get("DIFFTEST_TRTLLM_GEN_PREBUILT")
+    found = [Path(folder) / name] if folder and (Path(folder) / name).is_file() else []
     if not found:
-        pytest.skip(f"{name} not built (see docs/trtllm_gen_dev_kernels.md, 'Building')")
+        pytest.skip(f"{name} not in DIFFTEST_TRTLLM_GEN_PREBUILT={folder or ''} (docs/trtllm_gen_dev_kernels.md, "
+                    "'Building')")
     cudart = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "lib64" / "libcudart.so.13"
     try:
         if cudart.is_file():

@@ -8,6 +8,11 @@ Hidden and intermediate sizes are scaled down by default to at most MODEL_HIDDEN
 block), because the bound scales with the sizes and the bugs these presets target live in routing, layouts
 and rounding points, not in GEMM length; DIFFTEST_MODEL_FULL=1 uses the real sizes (slow on CPU).
 
+Against an implementation, a preset's draws are narrowed to what the implementation states it takes (its ``space``,
+difftest/model/where.py; difftest/running/run.py campaign_cells): a preset draws eps, rsf_placement and T = 0 freely,
+and the trtllm-gen adapters' eps of 1e-20, rsf applied in routing and T >= 1 replace them, so a preset campaign
+compares what it draws instead of declining it (tests/test_adapter_search_fit.py).
+
 A preset with ``fixed_weights`` (mono-moe) keeps its expert weights for the whole campaign: its moe cases
 take them from WEIGHT_SEED (DIFFTEST_WEIGHT_SEED, default 0) instead of each case's seed, while tokens and
 logits still vary per case (``weight_seed(name)``; the campaign passes it to strategies.cases).

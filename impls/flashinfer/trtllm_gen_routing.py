@@ -56,6 +56,9 @@ NO_BIAS_CRASH = "flashinfer-trtllm_gen_routing-no_bias_ungrouped"  # open fixtur
 DEEPSEEK_MAX_TOPK_GROUP = 4
 DEEPSEEK_MAX_GROUPS = 8
 DEEPSEEK_MAX_EXPERTS = 512  # NumNemotronExperts: routed + fused shared
+# What unsupported() takes, field by field (difftest/model/where.py): a campaign, around a model preset too, draws
+# the kernels' own eps (a method that does not renormalize reads none) and token range, not learning them from declines.
+SPACE = {"method": list(METHODS), "num_tokens": "1..", "eps": EPS, "logits_dtype": ["fp32", "bf16"]}
 ARCH_ENV = "DIFFTEST_TRTLLM_GEN_ARCH"  # force an nvcc arch ("90a") e.g. to prebuild on a host without a GPU
 
 

@@ -1,0 +1,109 @@
+#!/bin/bash
+# The GPU side of the project in one call of at most 600 s (issues 38 and 34): bash tools/device_verify.sh OUT [SEED]
+#
+# Run from the repository root of a CUDA host with torch, pytest, pytest-xdist, hypothesis and numpy. What it needs
+# beyond the tree lies in .carry/ (ignored; docs/gpu.md, "One-call verification", says how to make it):
+#   flashinfer.tar.xz   flashinfer-python 0.7.2.post1 unpacked, less __pycache__ and the csrc these kernels do not build
+#   apache_tvm_ffi-*.whl, cubin/ (the trtllmGen_bmm_export headers), prebuilt/ (the sm_90a trtllm-gen modules)
+# Steps, most valuable first, each under its own timeout so that the later ones still run:
+#   1. the GPU tier (python -m pytest -m "gpu and not heavy", the command of tox -e gpu)  -> OUT/gpu_tier.{log,xml}
+#   2. every GPU fixture's `show --script` reproducer, run from outside the tree: the FlashInfer and SGLang ones with
+#      only numpy, torch and the kernel's package on the path (exit 1: the bug is there; SGLang 2 without sgl-kernel),
+#      the torch-CUDA ones (fixed; the project's own implementation) with the project on it (exit 0)  -> OUT/repro.tsv
+#   3. fresh-seed campaigns with --known fixtures/, in waves of two or three side by side (14 workers a wave), 75 s
+#      each (DEVICE_VERIFY_CAMPAIGN_S)  -> OUT/campaigns/NAME/, and OUT/digest.txt over them all
+# A step that no longer fits in the time left is skipped, and the log says so. Not in this call: the SGLang kernels
+# (sgl-kernel is not carried: their tests and scripts skip), cutlass_fused_moe (opt-in, an hour of JIT), the SM100-only
+# trtllm_* MoE entry points, the heavy tier, and the 170 s preset campaigns of issue 38 (75 s here).
+set -u
+O=$(realpath -m "${1:?usage: bash tools/device_verify.sh OUT [SEED]}"); SEED=${2:-$(($(date +%s) % 100000))}
+R=$PWD C=$PWD/.carry W=/tmp/device_verify LIMIT=${DEVICE_VERIFY_LIMIT:-585}
+rm -rf $W; mkdir -p "$O/campaigns" $W/site $W/scripts $W/runs
+exec > >(tee "$O/log.txt") 2>&1
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 FLASHINFER_WORKSPACE_BASE=$W/ws
+step() { echo "== +${SECONDS}s $*"; }
+fits() {  # SECONDS WHAT: whether a step of SECONDS still fits; if not, say it is skipped
+  [ $((LIMIT - SECONDS)) -ge "$1" ] || { echo "SKIPPED for time (${SECONDS}s used, needs $1 s): ${*:2}"; false; }
+}
+
+step "install (seed $SEED)"
+if [ -f "$C/flashinfer.tar.xz" ]; then
+  tar -C $W/site -xJf "$C/flashinfer.tar.xz" && python3 -m pip install -q --no-index --no-deps --target $W/site \
+    "$C"/apache_tvm_ffi-*.whl || echo "install failed: the FlashInfer tests skip"
+else echo "no .carry/flashinfer.tar.xz: the FlashInfer tests skip"; fi
+if ls "$C"/prebuilt/*.so > /dev/null 2>&1; then
+  export FLASHINFER_CUBIN_DIR=$C/cubin DIFFTEST_TRTLLM_GEN_PREBUILT=$C/prebuilt
+else echo "no .carry/prebuilt: the trtllm-gen adapters stay unavailable (their JIT build takes ~6 min)"; fi
+export PYTHONPATH=$W/site:$R
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log --oneline -1 2> /dev/null
+python3 -m difftest impls
+
+step "1. GPU tier"
+timeout -k 10 220 python3 -m pytest -m "gpu and not heavy" -p no:cacheprovider -n "${DEVICE_VERIFY_XDIST:-4}" -q -rs \
+  --junitxml="$O/gpu_tier.xml" > "$O/gpu_tier.log" 2>&1
+echo "gpu tier exit $?"; tail -n 30 "$O/gpu_tier.log"
+
+step "2. fixture reproducers"
+repro() {  # FIXTURE EXPECTED PATH: write the script with the project, run it from outside the tree without it
+  local id d rc; id=$(basename "$1"); d=$W/scripts/$id; mkdir -p "$d"
+  timeout -k 5 120 python3 -m difftest show "$1" --script "$d/repro.py" > "$d/show.txt" 2>&1
+  (cd "$d" && PYTHONPATH=$3 timeout -k 5 100 python3 repro.py > out.txt 2> err.txt); rc=$?
+  echo -e "$id\t$([ $rc = "$2" ] && echo ok || echo UNEXPECTED) (expected $2, exit $rc)\t$(tail -n 1 "$d/out.txt" |
+    cut -c1-160) $(tail -n 1 "$d/err.txt" | cut -c1-160)"
+}
+export -f repro; export W
+SG=$(python3 -c "import sgl_kernel" 2> /dev/null && echo 1 || echo 2)
+if fits 150 "fixture reproducers"; then
+  { for f in fixtures/flashinfer-*; do echo "$f 1 $W/site"; done
+    for f in fixtures/sglang-*; do echo "$f $SG $W/site"; done
+    for f in fixtures/*torch-cuda-*; do echo "$f 0 $W/site:$R"; done
+  } | timeout -k 5 200 xargs -P 6 -L 1 bash -c 'repro "$@"' _ | sort | tee "$O/repro.tsv"
+  for f in fixtures/flashinfer-* fixtures/sglang-* fixtures/*torch-cuda-*; do
+    grep -q "^${f#fixtures/}	" "$O/repro.tsv" ||
+      echo -e "${f#fixtures/}\tNOT RUN (the step's 200 s ran out)" | tee -a "$O/repro.tsv"
+  done
+  tar -C $W -czf "$O/repro_scripts.tgz" scripts
+fi
+
+step "3. campaigns (seed $SEED, --known fixtures/)"
+campaign() {  # NAME SECONDS WORKERS IMPL [ARGS...]
+  local name=$1 s=$2 n=$3 impl=$4 d=$W/runs/$1 o=$O/campaigns/$1; shift 4
+  timeout -k 15 $((s + 60)) python3 -m difftest fuzz --impl "$impl" "$@" --time-budget "$s" --workers "$n" \
+    --seed "$SEED" --known fixtures/ --out "$d" > "$d.log" 2>&1
+  echo "$name: exit $?"; mkdir -p "$o"; cp "$d.log" "$o/log.txt"; cp "$d/summary.json" "$o/" 2> /dev/null
+  [ -d "$d/fixtures" ] && tar -C "$d" -czf "$o/fixtures.tgz" fixtures
+  tail -n 6 "$d.log"
+}
+B=${DEVICE_VERIFY_CAMPAIGN_S:-75}
+wave() {  # DESCRIPTION then "NAME WORKERS IMPL [ARGS...]" per campaign, run side by side (`wait` alone would also
+  local what=$1 pids=(); shift  # wait for the log's tee)
+  fits $((B + 40)) "$what" || return
+  for c in "$@"; do read -r -a a <<< "$c"; campaign "${a[0]}" "$B" "${a[@]:1}" & pids+=($!); done
+  wait "${pids[@]}"
+}
+wave "nogemm nemotron-h, routing preset" "nogemm_nemotron-h 7 flashinfer.trtllm_gen_nogemm --model nemotron-h" \
+  "routing_preset 7 flashinfer.trtllm_gen_routing --model trtllm-gen-routing"
+wave "nogemm deepseek-v3-mtp, fused_topk_deepseek, dev ops" \
+  "nogemm_deepseek-v3-mtp 7 flashinfer.trtllm_gen_nogemm --model deepseek-v3-mtp" \
+  "fused_topk 4 flashinfer.fused_topk_deepseek" "dev_ops 3 flashinfer.trtllm_gen_dev_ops"
+wave "mono_moe, torch-cuda" "mono_moe 7 flashinfer.mono_moe --model mono-moe" "torch_cuda 7 torch-cuda"
+
+step "digest"
+python3 - "$O/campaigns" << 'EOF' | tee "$O/digest.txt"
+import json, pathlib, sys
+for d in sorted(pathlib.Path(sys.argv[1]).iterdir()):
+    f = d / "summary.json"
+    s = json.loads(f.read_text()) if f.is_file() else None
+    if s is None:
+        print(f"{d.name}: no summary (see its log.txt)")
+        continue
+    cells = "; ".join(f"{k} {c['compared']}/{c['drawn']}" for k, c in s["cells"].items())
+    print(f"{d.name}: {s['cases']} cases, compared/drawn {cells}; new findings {len(s['findings'])}, "
+          f"known failures {len(s['known_failures'])}, worker errors {len(s['worker_errors'])}")
+    for label, rows in (("NEW", s["findings"]), ("known", s["known_failures"]), ("worker error", s["worker_errors"])):
+        for row in rows[:5]:
+            print(f"   {label}: {str(row.get('message', row) if isinstance(row, dict) else row)[:300]}")
+    for reason, n in sorted(s["skips"].items(), key=lambda kv: -kv[1])[:3]:
+        print(f"   skipped {n}: {reason[:200]}")
+EOF
+step "done"
