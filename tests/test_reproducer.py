@@ -4,6 +4,7 @@ directory, exits 1 while the bug is there, 0 once it is fixed and 2 (one line) w
 fixture's script carries its adapter and needs neither this project nor its spec."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,8 +58,12 @@ def difftest(*args):
 
 
 def run_script(script, *blocked, project=True, args=()):
-    """Run a reproducer in its own directory; `project`: with this checkout on PYTHONPATH."""
-    env = {**ENV, "PYTHONPATH": str(ROOT)} if project else ENV
+    """Run a reproducer in its own directory; `project`: with this checkout on PYTHONPATH. Without it, PYTHONPATH
+    keeps only its entries outside the checkout: where a kernel package was installed (a --target directory on a
+    GPU box), as a maintainer's environment would have it."""
+    elsewhere = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                 if p and not Path(p).resolve().is_relative_to(ROOT)]
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT)] if project else elsewhere)}
     return subprocess.run([sys.executable, "-c", BLOCKED, str(script), "hypothesis", *blocked, "--", *args],
                           cwd=script.parent, capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, env=env)
 
