@@ -110,6 +110,22 @@ def test_k14_and_k15_triggers_present():
     assert (np.abs(x).max(axis=-1) == 0).any()  # an all-zero group
 
 
+@pytest.mark.parametrize("key", ["K14", "K15"])
+def test_the_ue8m0_models_decline_what_they_do_not_model(key):
+    """The K14 and K15 models are fp8_group UE8M0 quantizers: a fresh `fuzz --impl bug:K14 --known fixtures/` once
+    reported their float32 scales on mxfp8 cases and a ValueError on nvfp4 ones as new bugs."""
+    from difftest.model.case import QuantConfig
+
+    bug = _bug(key)
+    model = getattr(known_bugs, bug.model)
+    assert model.unsupported(bug.case) is None
+    for config, refused in ((QuantConfig("mxfp8", 2, 64), {"scheme": "mxfp8"}),
+                            (QuantConfig("nvfp4", 2, 64), {"scheme": "nvfp4"}),
+                            (replace(bug.case.config, scale_fmt="fp32"), {"scale_fmt": "fp32"})):
+        reason = model.unsupported(Case("quant", config, "normal", 0))
+        assert reason and reason.refused == refused, (config, reason)
+
+
 def test_the_fixture_index_is_the_tools_output(tmp_path):
     """fixtures/README.md is what `tools/make_known_bug_fixtures.py --index-only` writes from the committed case.json
     files (every op's fixtures summarized: the tool once failed on trtllm_ops cases and the index was hand-edited)."""

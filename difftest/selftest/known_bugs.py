@@ -20,7 +20,7 @@ from impls.torch_eager import quant as te_quant
 from impls.torch_eager import routing as te_routing
 
 from ..checking.impl_torch import TORCH, expert_tensors, numpy, tensor
-from ..model.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from ..model.case import Case, Decline, MoEConfig, QuantConfig, RoutingConfig
 from ..model.generate import weights as generated_weights
 from .bug_models import DEEPSEEK_BIASED_WEIGHTS
 
@@ -305,8 +305,21 @@ K10 = _model("K10_double_offset_subtraction", ("moe",), _k10_run)
 K11 = _model("K11_gated_interleave_on_relu2", ("moe",), _k11_run)
 K12 = _model("K12_gate_up_read_as_up_gate", ("moe",), _k12_run)
 K13 = _model("K13_tile192_scale_layout", ("moe",), _k13_run)
-K14 = _model("K14_log2_ue8m0", ("quant",), _k14_run)
-K15 = _model("K15_scale_floor_before_ue8m0", ("quant",), _k15_run)
+
+
+def _ue8m0_only(case):
+    """K14 and K15 model fp8_group UE8M0 quantizers: other schemes and scale formats they decline (run on an mxfp8
+    case they returned float32 scales, and a fresh campaign reported the model's misuse as new bugs)."""
+    c = case.config
+    if c.scheme != "fp8_group":
+        return Decline(f"models the fp8_group UE8M0 quantizer only, not {c.scheme}", scheme=c.scheme)
+    if c.scale_fmt != "ue8m0":
+        return Decline(f"models the fp8_group UE8M0 quantizer only, not {c.scale_fmt} scales", scale_fmt=c.scale_fmt)
+    return TORCH.unsupported(case)
+
+
+K14 = _model("K14_log2_ue8m0", ("quant",), _k14_run)._replace(unsupported=_ue8m0_only)
+K15 = _model("K15_scale_floor_before_ue8m0", ("quant",), _k15_run)._replace(unsupported=_ue8m0_only)
 
 
 class KnownBug(NamedTuple):
