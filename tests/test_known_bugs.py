@@ -126,6 +126,17 @@ def test_the_ue8m0_models_decline_what_they_do_not_model(key):
         assert reason and reason.refused == refused, (config, reason)
 
 
+@pytest.mark.parametrize("key", ["K7", "K8"])
+def test_the_rsf_models_scale_nothing_without_an_rsf(key):
+    """rsf applied twice is invisible without one: the models once multiplied by np.float32(None), NaN, and a fresh
+    `fuzz --impl bug:K07 --known fixtures/` reported that as a new bug."""
+    bug = _bug(key)
+    routing = replace(bug.case.config.routing, routed_scaling_factor=None)
+    case = replace(bug.case, config=replace(bug.case.config, routing=routing))
+    assert check.run_case(getattr(known_bugs, bug.model), case).status == "pass"
+    assert check.run_case(getattr(known_bugs, bug.model), bug.case).status == "fail"
+
+
 def test_the_fixture_index_is_the_tools_output(tmp_path):
     """fixtures/README.md is what `tools/make_known_bug_fixtures.py --index-only` writes from the committed case.json
     files (every op's fixtures summarized: the tool once failed on trtllm_ops cases and the index was hand-edited)."""

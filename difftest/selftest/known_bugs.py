@@ -166,8 +166,10 @@ def _k04_run(case, inputs):
 def _rsf_again_run(case, inputs):
     """K7/K8: rsf folded into the top-k weights (placement "routing") and the layer output multiplied by rsf
     once more, rounded to the bf16 output."""
+    rsf = case.config.routing.routed_scaling_factor
     out = TORCH.run(_moe_case(case, rsf_placement="routing"), inputs)
-    return {**out, "out": _bf16(out["out"] * np.float32(case.config.routing.routed_scaling_factor))}
+    # no rsf (None) scales by nothing, twice as once: np.float32(None) is NaN, which a fresh campaign reported as new
+    return {**out, "out": _bf16(out["out"] * np.float32(1.0 if rsf is None else rsf))}
 
 
 def _k09_run(case, inputs):
