@@ -124,6 +124,28 @@ def test_an_invalid_selection_is_named_as_difftest_names_it():
     assert not rows and notes[0].startswith("ids of tokens [0, 1, 2, 3] (4 in all) are another valid selection"), notes
 
 
+@pytest.mark.parametrize("fixture", [p.parent.name for p in sorted((ROOT / "fixtures").glob("*/repro.py"))])
+def test_a_committed_kernel_scripts_checks_run_on_their_own(fixture):
+    """The checks a committed kernel reproducer carries, run in the script's own namespace (nothing of this
+    project's but what it copied) on what a fixed kernel would return, the spec's outputs: nothing outside; and on
+    routing ids that are no valid selection, the row difftest's message states. (On CPU the scripts themselves stop
+    at the kernel's availability, so their checks would otherwise first run on the GPU.)"""
+    import runpy
+
+    fx = fixtures.load(ROOT / "fixtures" / fixture)
+    ns = runpy.run_path(str(ROOT / "fixtures" / fixture / "repro.py"), run_name="repro")
+    with np.load(ROOT / "fixtures" / fixture / "repro.npz", allow_pickle=False) as data:
+        ref = {p: {k.split(".", 1)[1]: data[k] for k in data.files if k.startswith(p + ".")} for p in reproducer.PARTS}
+    out = {k: np.array(v) for k, v in impl_spec.expected(fx.case, fx.inputs, fx.recipe).items()}
+    assert ns["violations"](ns["OP"], ns["CONFIG"], out, ref) == ([], [])
+    if fx.case.op == "routing" and fx.case.config.num_tokens:
+        keys = ref["validity"]["keys"][0]
+        out["ids"][0, 0] = np.argmin(np.where(np.isin(np.arange(keys.size), out["ids"][0]), np.inf, keys))
+        rows, _ = ns["violations"](ns["OP"], ns["CONFIG"], out, ref)
+        difftest = check.compared(fx.case, fx.inputs, out, fx.recipe, "t").message.removesuffix(" [t]")
+        assert ns["describe"](rows[0]) == difftest, (rows, difftest)
+
+
 def test_codes_and_scales_are_shown_as_the_values_they_stand_for():
     """A quant finding's codes and scales: hex bits and the numbers (powers of two named), in show and in the
     script alike; a packed UE8M0 word byte by byte."""

@@ -215,8 +215,8 @@ def routing_rows(config, out, ref):
         if reason is None:
             valid.append(int(t))
         else:
-            rows.append((np.inf, "ids", "ids", (int(t),), sorted(ids[t].tolist()), sorted(want[t].tolist()),
-                         reason[1]))
+            rows.append((np.inf, "ids", "ids", (int(t),), sorted(ids[t, :k].tolist()), sorted(want[t, :k].tolist()),
+                         reason[1]))  # the routed ids, as difftest's message names them
     notes = [f"ids of tokens {valid[:8]} ({len(valid)} in all) are another valid selection (within 2δ of a tie); "
              "python -m difftest replay checks their weights, against the ideal at their own ids"] if valid else []
     same &= shared
