@@ -45,6 +45,24 @@ def test_committed_reports_are_what_the_command_writes(tmp_path):
     assert bugreport.stale_committed(ROOT / "fixtures", tmp_path) == []
 
 
+def test_a_kernel_finding_names_the_gpu_it_was_found_on(monkeypatch):
+    """A kernel fixture's device is the GPU of the run that found it (the committed ones once said "cpu (x86_64)",
+    the machine that wrote the file), and a campaign of an SGLang adapter records its CUDA device too."""
+    import sys
+    from types import SimpleNamespace
+
+    from difftest.artifacts import fixtures
+
+    for fx in bugreport.upstream_fixtures(ROOT / "fixtures"):
+        assert fx.meta["device"] == "NVIDIA H200", (fx.id, fx.meta["device"])
+        assert "- device (case.json, where the finding was recorded): NVIDIA H200" in bugreport.versions(fx)
+    cuda = SimpleNamespace(is_available=lambda: True, get_device_name=lambda: "NVIDIA H200")
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    for name, gpu in (("sglang.per_token_group_quant_8bit_v1", True), ("flashinfer.mono_moe", True),
+                      ("torch-cuda", True), ("torch", False), ("bug:K14_log2_ue8m0", False)):
+        assert (fixtures.device_name(name) == "NVIDIA H200") == gpu, name
+
+
 def test_a_human_note_is_the_root_cause_and_the_message_the_observation():
     meta = {"observed": {"message": "ids[0]=[42] but spec=[185] [routing, k]"}}
     assert bugreport.observed_and_cause(meta)[1] == "ids[0]=[42] but spec=[185] [routing, k]"

@@ -9,7 +9,7 @@ import pytest
 from difftest.checking import check, compare, impl_spec
 from difftest.checking.impl_spec import SPEC
 from difftest.model import generate
-from difftest.model.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.model.case import Case, DevKernelConfig, MoEConfig, QuantConfig, RoutingConfig
 from difftest.selftest import bug_models
 
 DS = RoutingConfig("deepseek_v3", 8, 16, 4, 4, 2, 2.5, bias_dtype="fp32")
@@ -449,6 +449,7 @@ def _as(name, dtype=None, shape=None):
 
 
 MOE = Case("moe", MoEConfig(DS, 64, 32), "normal", 2)
+ACT = Case("trtllm_ops", DevKernelConfig("activation_deepseek_fp8", 4, 128, 2, 4, dtype="e4m3"), "normal", 3)
 QUANT = Case("quant", QuantConfig("mxfp8", 2, 64), "normal", 1)
 
 
@@ -464,13 +465,20 @@ QUANT = Case("quant", QuantConfig("mxfp8", 2, 64), "normal", 1)
     (MOE, _without("out"), ("out", "missing"), "returned no out (outputs ['ids']); the contract is float32 [T, H]"),
     (MOE, _as("ids", np.float32), ("ids", "dtype"), "returned ids float32; the contract is int32 [T, k] = [8, 4], if"),
     (QUANT, _as("scales", np.float32), ("scales", "dtype"), "returned scales float32; the contract is uint8 codes"),
+    # a dev kernel: the spec's outputs by name; a wrong shape once broke the arithmetic (blamed on difftest)
+    (ACT, _as("out", shape=(3, 128)), ("out", "shape"), "returned out of shape [3, 128]; the contract is uint8 codes "
+                                                        "[24, 128] (docs/plugins.md)"),
+    (ACT, _as("out", np.float16), ("out", "dtype"), "returned out float16; the contract is uint8 codes [24, 128]"),
+    (ACT, _without("out_scale"), ("out_scale", "missing"), "returned no out_scale (outputs ['out']); the contract "
+                                                           "is float32 [1, 24]"),
 ])
 def test_contract_errors_are_the_implementations_with_the_contract_stated(case, run, failure, words):
     """A missing output, a wrong dtype (float64 ids, fp16 weights) or shape is the implementation's finding,
     stated with the contract it breaks; not "comparison raised KeyError (spec or difftest)", not a 36x mismatch."""
-    r = check.run_case(impl(run), case)
+    r = check.run_case(impl(run, ops=(case.op,)), case)
     assert r.status == "fail" and r.failures == (failure,), r
-    assert r.message.startswith(f"test-impl {words}"), r.message
+    who = "the implementation" if case.op == "trtllm_ops" else "test-impl"  # compare_trtllm_ops: the tag names it
+    assert r.message.startswith(f"{who} {words}"), r.message
     assert "spec or difftest" not in r.message
 
 

@@ -139,6 +139,9 @@ BAD = {
     "observed": (lambda p: _edit_json(p, lambda m: m.update(observed=[])), "observed must be an object"),
     "other generator": (lambda p: _edit_json(p, lambda m: m["inputs"].update(generator="mylab:inputs/7")),
                         "inputs.generator 'mylab:inputs/7' is not 'difftest:inputs/2'"),
+    "signature of another cell": (lambda p: _edit_json(p, lambda m: m["signatures"][0].__setitem__(4, "llama4")),
+                                  "is not of this fixture's case and kind \\(op, kind, slice \\['routing', "
+                                  "'mismatch', 'deepseek_v3'\\]\\)"),
 }
 
 
@@ -201,6 +204,52 @@ def test_open_fixture_failed_by_a_correct_implementation_is_not_as_recorded(k1):
     assert not replay.expectation_met(fixtures.load(k1), rows)
     r = run_cli("replay", str(k1), "--impl", "difftest.selftest.bug_models:RSF_TWICE")
     assert r.returncode == 1 and "NOT as recorded" in r.stdout, r.stdout + r.stderr
+
+
+OTHERWISE = """import numpy as np
+
+from difftest.selftest import bug_models
+
+K1 = bug_models.DEEPSEEK_BIASED_WEIGHTS
+
+
+def _raising(case, inputs):
+    raise ValueError("planted: another failure")
+
+
+def _out_of_range(case, inputs):
+    out = dict(K1.run(case, inputs))
+    return {**out, "ids": np.full_like(out["ids"], case.config.num_experts)}
+
+
+RAISES = K1._replace(run=_raising)
+OUT_OF_RANGE = K1._replace(run=_out_of_range)
+"""
+
+
+def test_an_open_fixture_failing_otherwise_is_not_its_bug(tmp_path, capsys):
+    """The recorded implementation still fails, but not with the signatures the fixture stores (an exception,
+    or a mismatch in ids, where a mismatch in weights was recorded): NOT as recorded, exit 1, with both failures
+    named, never "the bug is still there". The same model replays as recorded."""
+    plugin = tmp_path / "models.py"
+    plugin.write_text(OTHERWISE)
+    path = record(tmp_path / "fixtures", ref=f"{plugin}:K1")
+    assert fixtures.load(path).meta["signatures"] == [["routing", "bug:deepseek_biased_weights", "mismatch",
+                                                       "weights", "deepseek_v3"]]
+    for name, now in (("K1", None), ("RAISES", "error (ValueError)"), ("OUT_OF_RANGE", "mismatch (ids)")):
+        _edit_json(path, lambda m, name=name: m["impl"].update(ref=f"{plugin}:{name}"))
+        fx = fixtures.load(path)
+        rows = replay.replay_fixture(fx, ["torch"])
+        recorded = replay.recorded_outcome(fx, rows)
+        if now is None:
+            assert recorded[1] == "fail" and replay.verdict(fx, rows) == replay.AS_RECORDED, rows
+            continue
+        assert recorded[1] == replay.DIFFERENT and replay.verdict(fx, rows) == replay.NOT_AS_RECORDED, rows
+        assert recorded[2].startswith(f"now {now}, recorded mismatch (weights): "), recorded
+    assert cli.main(["replay", str(path), "--impl", "torch"]) == 1
+    line = capsys.readouterr().out.splitlines()[0]
+    assert (": NOT as recorded: bug:deepseek_biased_weights fails differently (now mismatch (ids), recorded "
+            "mismatch (weights)), torch pass") in line, line
 
 
 def test_cli_exit_codes(k1, tmp_path):

@@ -110,6 +110,57 @@ def test_k14_and_k15_triggers_present():
     assert (np.abs(x).max(axis=-1) == 0).any()  # an all-zero group
 
 
+def _moved(case, **changes):
+    """The case with configuration fields changed (a moe case's routing fields in its routing)."""
+    c = case.config
+    if case.op == "moe":
+        routing = {k: v for k, v in changes.items() if not hasattr(c, k)}
+        c = replace(c, routing=replace(c.routing, **routing)) if routing else c
+        changes = {k: v for k, v in changes.items() if k not in routing}
+    return replace(case, config=replace(c, **changes))
+
+
+@pytest.mark.parametrize("key, changes", [
+    ("K4", {"quant": "bf16"}), ("K6", {"quant": "nvfp4"}), ("K7", {"quant": "mxfp8"}), ("K8", {"quant": "fp8_block"}),
+    ("K7", {"method": "minimax2"}), ("K9", {"quant": "bf16"}), ("K10", {"quant": "mxfp8"}), ("K11", {"quant": "bf16"}),
+    ("K11", {"activation": "swiglu"}), ("K11", {"expert_weights": "bf16"}), ("K12", {"quant": "nvfp4"}),
+    ("K13", {"quant": "fp8_block"}),
+    ("K14", {"scheme": "mxfp8", "group_size": 32}), ("K14", {"scale_fmt": "fp32"}), ("K15", {"scale_fmt": "fp32"})])
+def test_a_model_declines_the_kernel_paths_it_does_not_model(key, changes):
+    """Each layer and quantizer model is of its bug's kernel path: elsewhere it declines, naming the value, as a
+    plug-in does. Applied to every path, a fresh `fuzz --impl bug:K09 --known fixtures/` reported KeyError
+    'w13_scale', float32 scales on mxfp8 cases and the like as new bugs."""
+    bug = _bug(key)
+    model = getattr(known_bugs, bug.model)
+    assert model.unsupported(bug.case) is None
+    reason = model.unsupported(_moved(bug.case, **changes))
+    field = next(iter(changes))
+    assert reason and reason.refused == {field: changes[field]}, reason
+
+
+@pytest.mark.parametrize("key", ["K7", "K8"])
+def test_the_rsf_models_scale_nothing_without_an_rsf(key):
+    """rsf applied twice is invisible without one: the models once multiplied by np.float32(None), NaN, and a fresh
+    `fuzz --impl bug:K07 --known fixtures/` reported that as a new bug."""
+    bug = _bug(key)
+    routing = replace(bug.case.config.routing, routed_scaling_factor=None)
+    case = replace(bug.case, config=replace(bug.case.config, routing=routing))
+    assert check.run_case(getattr(known_bugs, bug.model), case).status == "pass"
+    assert check.run_case(getattr(known_bugs, bug.model), bug.case).status == "fail"
+
+
+@pytest.mark.parametrize("key, changes", [("K2", {"method": "minimax2"}), ("K2", {"num_fused_shared_experts": 1}),
+                                          ("K3", {"renormalize": True}), ("K3", {"method": "deepseek_v2"}),
+                                          ("K5", {"num_fused_shared_experts": 1}), ("K5", {"bias_dtype": None})])
+def test_a_routing_model_is_torch_outside_its_mechanism(key, changes):
+    """A routing bug model fails where its kernel path does and is correct elsewhere, as the K1 model is: applied to
+    every method, K2, K3 and K5 raised KeyError, IndexError or wrong weights there, and a fresh `fuzz --known
+    fixtures/` reported each as a new bug."""
+    bug = _bug(key)
+    case = replace(bug.case, config=replace(bug.case.config, **changes))
+    assert check.run_case(getattr(known_bugs, bug.model), case).status == "pass", changes
+
+
 def test_the_fixture_index_is_the_tools_output(tmp_path):
     """fixtures/README.md is what `tools/make_known_bug_fixtures.py --index-only` writes from the committed case.json
     files (every op's fixtures summarized: the tool once failed on trtllm_ops cases and the index was hand-edited)."""

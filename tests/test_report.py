@@ -217,6 +217,30 @@ def test_ratio_axis_is_clipped_and_exact_zeros_are_counted_apart():
     assert hist[at_one - 1] == 1 and sum(hist[at_one:-1]) == 0  # exactly 1 passes: left of the failure line
 
 
+def test_failures_without_a_ratio_are_the_headline_and_plotted():
+    """Bit-exact codes, wrong ids and exceptions fail without a finite ratio: the headline once read "max
+    error/bound ratio 0" next to hundreds of failures, over a plot that drew none of them."""
+    quant, routing = Case("quant", QUANT, "normal", 0), Case("routing", ROUTING, "normal", 1)
+    rows = [campaign.case_row("k", replace_seed(quant, i), Result("fail", float("inf"), "q[0, 0]=0x7e but spec=0x76",
+                                                                  failures=(("q", "mismatch"),))) for i in range(3)]
+    rows += [campaign.case_row("k", routing, Result("error", float("inf"), "k raised ValueError: x")),
+             campaign.case_row("k", replace_seed(quant, 9), passed(0.0, 0.0, 0.0))]
+    rep = report.build(rows, {}, {})
+    assert rep["totals"]["max_ratio"] == 0.0
+    assert rep["totals"]["no_ratio"] == [{"impl": "k", "op": "quant", "cases": 3}, {"impl": "k", "op": "routing",
+                                                                                      "cases": 1}]
+    totals = report._section_totals(rep)
+    assert ("∞: 4 failing cases without a finite ratio (wrong ids or codes, an exception, a crash); the largest "
+            "finite ratio is 0") in totals, totals
+    assert "∞: k / quant (3), k / routing (1); largest finite: k / quant" in totals, totals
+    assert rep["ratios"]["impls"]["k"]["no_ratio"] == {"quant": 3, "routing": 1}
+    assert report.plot_ratios(rep)  # draws them, in the bin right of the axis
+
+
+def replace_seed(case, seed):
+    return Case(case.op, case.config, case.dist, seed)
+
+
 def test_worst_cases_list_a_configuration_once_with_a_message():
     """Shrinking and targeting draw one configuration again and again: it was listed up to 4 times, its
     message column empty."""

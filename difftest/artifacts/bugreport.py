@@ -92,7 +92,7 @@ def versions(fx):
     return ("## Versions and device\n\n"
             f"- implementation: `{m['impl']['name']}` {m['impl']['version']} (tester reference `{m['impl']['ref']}`)\n"
             f"- packages when recorded: {packages}\n"
-            f"- device in case.json (where the fixture file was written): {m['device']}\n"
+            f"- device (case.json, where the finding was recorded): {m['device']}\n"
             f"- found by: {m['provenance'] or 'not recorded'}\n")
 
 
@@ -158,10 +158,12 @@ def _routing_why(c, recipe, exposed=False):
             f"recipe: {_rounding_points(recipe, ROUTING_FIELDS)}); δ, spec.bounds.routing_key_delta, bounds its "
             "distance from the float64 key, so a selection is valid iff it is a top-k under some resolution of the "
             "keys within 2δ of each other, groups included (difftest/checking/compare.py, 'Validity'). A token whose "
-            "spec selection wins by more than 4δ has no other valid set: another set there is a bug. The weights are "
-            "compared by expert id with the spec's within the recipe's relative bound and the interval rule at their "
-            f"{recipe.get('routing_weights', 'fp32') if recipe else 'fp32'} store (docs/comparisons.md, 'Router "
-            "weights' and 'the interval rule'), plus fp32's underflow allowance.")
+            "spec selection wins by more than 4δ has no other valid set: another set there is a bug. The reproducer "
+            "applies the same rule to every token whose set differs from the spec's, on the float64 keys, group scores "
+            "and δ stored in its npz (`validity.*`), and names an invalid set with the scores and the margin. The "
+            "weights are compared by expert id with the spec's within the recipe's relative bound and the interval "
+            f"rule at their {recipe.get('routing_weights', 'fp32') if recipe else 'fp32'} store "
+            "(docs/comparisons.md, 'Router weights' and 'the interval rule'), plus fp32's underflow allowance.")
     if getattr(c, "tile_tokens_dim", None) is not None:
         text += (f" The permutation (tile_tokens_dim {c.tile_tokens_dim}) is fixed exactly by the ids "
                  "(spec/permutation.py): per-expert counts, padded offsets, the CTA tables and -1 for remote slots and "

@@ -98,7 +98,9 @@ def _versions():
 
 
 def device_name(impl_name):
-    if "cuda" in impl_name or impl_name.startswith("flashinfer"):
+    """The device a finding of `impl_name` was recorded on: the CUDA device for torch-cuda and the kernel adapters
+    (FlashInfer, SGLang), else this CPU."""
+    if "cuda" in impl_name or impl_name.startswith(("flashinfer", "sglang")):
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available():
             return torch.cuda.get_device_name()
@@ -268,14 +270,21 @@ def recorded_signatures(case, impl_name, kind, observed):
     return [list(s) for s in signatures(case.op, impl_name, kind, fields, case.config)]
 
 
-def _check_signatures(path, meta):
-    """A fixture's stored signatures, where it has them: a non-empty list of five strings each."""
+def _check_signatures(path, meta, case, kind):
+    """A fixture's stored signatures, where it has them: a non-empty list of five strings each, whose op, kind and
+    slice are the case's and the fixture's (what ``fuzz --known`` matches must be this fixture's cell)."""
+    from ..running.campaign import slice_of
+
     sigs = meta.get("signatures")
     if sigs is None:  # written before fixtures stored signatures: campaign.fixture_signatures derives one
         return
     if not isinstance(sigs, list) or not sigs or not all(
             isinstance(x, list) and len(x) == 5 and all(isinstance(f, str) for f in x) for x in sigs):
         _fail(path, "signatures must be a non-empty list of [op, implementation, kind, field, slice] strings")
+    cell = (case.op, kind, slice_of(case.op, case.config))
+    for sig in sigs:
+        if (sig[0], sig[2], sig[4]) != cell:
+            _fail(path, f"signature {sig} is not of this fixture's case and kind (op, kind, slice {list(cell)})")
 
 
 def weights_digest(case):
@@ -428,7 +437,6 @@ def load(path):
     except ValueError:
         _fail(path, "observed holds a non-finite number (NaN or Infinity)")
     kind = meta.get("kind", kind_of(observed))  # fixtures written before kinds existed: derived
-    _check_signatures(path, meta)
     if not isinstance(kind, str) or kind not in KINDS:
         _fail(path, f"kind {kind!r} is not one of {KINDS}")
     impl = meta["impl"]
@@ -450,6 +458,7 @@ def load(path):
         raise
     except (CaseError, ValueError, TypeError, KeyError, AttributeError) as e:
         _fail(path, f"case: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    _check_signatures(path, meta, case, kind)
     inputs = _load_npz(path, "inputs.npz", generated) if spec_in.get("file") else generated
     if generate.digest(inputs) != spec_in["sha256"]:
         _fail(path, "inputs do not match their recorded SHA-256")

@@ -1,6 +1,12 @@
 """`python -m difftest replay`: a fixture against every implementation it applies to, and whether the outcome
 is as recorded (open: the recorded implementation still fails the same way; fixed: it passes).
 
+"The same way" is the fixture's stored identity: the failure's signatures (kind, and the failing outputs or how
+the worker ended, the finding's own first; fixtures.py) are those stored when it was recorded. A recorded
+implementation that fails otherwise (another output, another exception, a crash for a mismatch) "fails
+differently": NOT as recorded, both failures named, never "the bug is still there". The case itself cannot drift
+unnoticed either: loading verifies the inputs' and weights' digests, replay the spec's output digest.
+
 No pass by not running: a fixture whose recorded implementation does not run is never "as recorded", whatever
 the others do. It "cannot run" when its reference does not load (a plug-in file found nowhere, an import error)
 or no longer implements the op; it "cannot run here" when the implementation is unavailable on this machine
@@ -21,6 +27,7 @@ from . import fixtures
 
 REPLAY_OUTCOME = {"mismatch": "fail", "error": "error", "crash": "crash", "hang": "hang"}  # by fixture kind
 CANNOT_RUN = "cannot-run"  # the recorded implementation's outcome when its reference does not load
+DIFFERENT = "fails differently"  # ... when it fails, but not with the signatures the fixture stores
 # a fixture's verdict (main's one line and tally)
 AS_RECORDED, NOT_AS_RECORDED = "as recorded", "NOT as recorded"
 BROKEN, UNAVAILABLE, SKIPPED = "cannot run", "cannot run here", "skipped (--skip-unavailable)"
@@ -86,7 +93,31 @@ def _replay_one(fx, ref, runners, recorded=False):
     if fx.case.op not in impl.ops:
         return impl.name, CANNOT_RUN if recorded else "n/a", f"does not implement {fx.case.op}"
     r, kind, _ = campaign.run_classified(impl, fx.case, fx.inputs, runner=runners.get(impl, ref))
+    other = recorded and kind is not None and fx.status == "open" and another_failure(fx, impl.name, kind, r.failures)
+    if other:
+        return impl.name, DIFFERENT, f"{other}: {r.message}"
     return impl.name, "n/a" if r.status == "skip" else REPLAY_OUTCOME.get(kind, "pass"), r.message
+
+
+def _failure_text(sigs):
+    """'mismatch (ids, weights)', 'error (ValueError)', 'crash (SIGSEGV)': one failure's signatures, kind first."""
+    kinds = list(dict.fromkeys(k for k, _ in sigs))
+    return "; ".join(f"{k} ({', '.join(f for kk, f in sigs if kk == k)})" for k in kinds)
+
+
+def another_failure(fx, impl_name, kind, failures):
+    """None when a failure of the recorded implementation (its kind and check.Result.failures) has the signatures
+    the fixture stores, the finding's own first; else "now ..., recorded ..." naming both. The op and the slice
+    come from the case and the implementation's name may have changed since recording, so kind and field are
+    compared. A fixture written before fixtures stored signatures is not checked (its field came from a message)."""
+    from ..running import campaign
+
+    stored = fx.meta.get("signatures")
+    if not stored:
+        return None
+    now = [(s.kind, s.field) for s in campaign.signatures(fx.case.op, impl_name, kind, failures, fx.case.config)]
+    was = [(s[2], s[3]) for s in stored]
+    return None if now == was else f"now {_failure_text(now)}, recorded {_failure_text(was)}"
 
 
 def recorded_outcome(fx, rows):
@@ -97,7 +128,7 @@ def recorded_outcome(fx, rows):
 
 def verdict(fx, rows):
     """NOT_AS_RECORDED when another implementation fails (n/a: does not apply) or the spec changed, or the
-    recorded one does not fail as recorded when open (same kind: fail, error, crash or hang) or pass when fixed;
+    recorded one does not fail as recorded when open (the stored signatures: DIFFERENT otherwise) or pass when fixed;
     BROKEN when the recorded implementation cannot run, UNAVAILABLE when it is unavailable here or declines the
     case; else AS_RECORDED. Others passing never make a fixture whose recorded implementation did not run
     as recorded."""
@@ -128,7 +159,8 @@ def now_fixed(fx, rows):
 def replay_line(rows, recorded):
     """The outcomes of one fixture on one line: the recorded implementation first, the others by name, the
     implementations that do not apply grouped by reason."""
-    ran = [f"{name} {outcome}" + (f" ({detail})" if outcome in ("n/a", CANNOT_RUN) else "")
+    ran = [f"{name} {outcome}" + (f" ({detail})" if outcome in ("n/a", CANNOT_RUN) else
+                                  f" ({detail.split(': ', 1)[0]})" if outcome == DIFFERENT else "")
            for name, outcome, detail in rows if outcome != "n/a" or (name, outcome, detail) == recorded]
     na = Counter(detail for name, outcome, detail in rows if outcome == "n/a" and (name, outcome, detail) != recorded)
     reasons = "; ".join(f"{reason} ({n})" for reason, n in na.most_common())

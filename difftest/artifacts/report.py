@@ -46,6 +46,7 @@ TOP = 25  # worst cases listed
 SKIP_ROWS = 100  # skip reasons listed on the page (report.json keeps them all)
 STATUS_ORDER = ("pass", "fail", "error", "crash", "hang", "skip")  # others (future statuses) follow
 NOT_RECORDED = "not recorded"
+MAX_RATIO = "max error/bound ratio (1.0 = exactly at the derived bound)"  # the headline's row
 NO_CASES = "no cases.jsonl.gz (nor a plain cases.jsonl)"
 BINS_PER_DECADE = 4
 # The error/bound axis: below 1e-6 an element is as good as exact (a few ulps of a bound that is itself a few
@@ -315,7 +316,8 @@ def _log_edges(values, include=()):
 def ratios(rows):
     """Per implementation: error/bound ratios of the cases that ran, with a log histogram per op on an axis
     clipped to RATIO_AXIS (ratios beyond it counted in its end bins, and separately); exact zeros, which a
-    log axis cannot show, counted apart."""
+    log axis cannot show, counted apart; the failing cases without a finite ratio (wrong ids or codes, an
+    exception, a crash) per op in ``no_ratio``, which the plot draws right of the axis."""
     ran = [r for r in rows if _ran(r)]
     positive = [_ratio_key(r) for r in ran if 0 < _ratio_key(r) < math.inf]
     lo, hi = RATIO_AXIS
@@ -324,12 +326,13 @@ def ratios(rows):
     for impl in sorted({r["impl"] for r in ran}):
         mine = [r for r in ran if r["impl"] == impl]
         finite = [_ratio_key(r) for r in mine if _ratio_key(r) < math.inf]
-        hist = {}
+        hist, no_ratio = {}, {}
         for op in sorted({r["op"] for r in mine}):
             vals = [_ratio_key(r) for r in mine if r["op"] == op and 0 < _ratio_key(r) < math.inf]
             # bins closed on the right, (a, b]: a ratio of exactly 1 (a pass) stays left of the failure line
             at = np.searchsorted(edges, np.clip(vals, edges[0], edges[-1]), side="left") - 1
             hist[op] = np.bincount(np.clip(at, 0, len(edges) - 2), minlength=len(edges) - 1).tolist()
+            no_ratio[op] = sum(1 for r in mine if r["op"] == op and _ratio_key(r) == math.inf)
         out["impls"][impl] = {
             "cases": len(mine), "zero": sum(1 for v in finite if v == 0),
             "below_axis": sum(1 for v in finite if 0 < v < edges[0]),
@@ -339,7 +342,7 @@ def ratios(rows):
             "max": max(finite) if finite else None,
             "p50": float(np.percentile(finite, 50)) if finite else None,
             "p99": float(np.percentile(finite, 99)) if finite else None,
-            "hist": hist,
+            "hist": hist, "no_ratio": no_ratio,
         }
     return out
 
@@ -450,6 +453,7 @@ def build(rows, summary, links, notes=(), top=TOP):
     skips = Counter((r["impl"], r["op"], str(r.get("message") or "")) for r in rows if r["status"] == "skip")
     finite = [(_ratio_key(r), r) for r in rows if _ran(r) and _ratio_key(r) < math.inf]
     max_ratio, max_row = max(finite, key=lambda x: x[0]) if finite else (None, None)
+    no_ratio = Counter((r["impl"], r["op"]) for r in rows if _ran(r) and _ratio_key(r) == math.inf)
     wall = summary.get("seconds") if isinstance(summary.get("seconds"), (int, float)) else None
     notes = list(notes)
     if summary.get("cases") is not None and summary["cases"] != len(rows):
@@ -470,6 +474,8 @@ def build(rows, summary, links, notes=(), top=TOP):
         "totals": {"cases": len(rows), "status": {s: status[s] for s in _ordered_statuses(status)},
                    "max_ratio": max_ratio, "max_ratio_impl": max_row and max_row["impl"],
                    "max_ratio_op": max_row and max_row["op"], "fixtures": len(links),
+                   # failing cases without a finite ratio (max_ratio is the largest finite one), by impl / op
+                   "no_ratio": [{"impl": i, "op": o, "cases": n} for (i, o), n in sorted(no_ratio.items())],
                    "pairwise": summary.get("pairwise")},  # difftest/model/pairs.py coverage
         "counts": [{"op": op, "impl": impl, "recipe": recipe, "total": sum(c.values()),
                     **{s: c[s] for s in _ordered_statuses(status)}}
@@ -498,22 +504,30 @@ def _png(fig):
 
 def plot_ratios(rep):
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator, NullLocator
     impls = rep["ratios"]["impls"]
     edges = rep["ratios"]["edges"]
-    fig = Figure(figsize=(9, 1.2 + 2.2 * len(impls)), layout="constrained")
+    fig = Figure(figsize=(9, 1.2 + 2.4 * len(impls)), layout="constrained")
     axes = fig.subplots(len(impls), 1, sharex=True, squeeze=False)[:, 0]
+    # one more bin right of the axis: the failing cases without a finite ratio, so every op's failures show
+    beyond = edges + [edges[-1] * 10 ** (4 / BINS_PER_DECADE)]
     for ax, (impl, st) in zip(axes, impls.items(), strict=True):
         for op, counts in st["hist"].items():
-            ax.stairs(counts, edges, label=op, linewidth=1.5, color=OP_COLORS.get(op))
+            ax.stairs(counts + [st.get("no_ratio", {}).get(op, 0)], beyond, label=op, linewidth=1.5,
+                      color=OP_COLORS.get(op))
         ax.axvline(1.0, color="crimson", linestyle="--", label="1.0 = at the bound;\nabove it fails")
+        ax.axvspan(edges[-1], beyond[-1], color="0.9", zorder=0)
         ax.set_xscale("log")
-        ax.set_xlim(edges[0], edges[-1])
+        ax.set_xlim(edges[0], beyond[-1])
+        decades = range(round(math.log10(edges[0])), round(math.log10(edges[-1])) + 1)
+        ax.set_xticks([10.0**d for d in decades] + [(edges[-1] * beyond[-1]) ** 0.5],
+                      [f"$10^{{{d}}}$" for d in decades] + ["no ratio"])
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.set_ylabel("cases")
-        ax.set_title(f"{impl}: {st['cases']:,} cases ran; not plotted: exactly 0 (bit-exact) {st['zero']:,}, "
-                     f"no ratio (error, crash) {st['non_finite']:,}\nin the end bins: below "
-                     f"{edges[0]:.0e} {st['below_axis']:,}, above {edges[-1]:.0e} {st['above_axis']:,}",
-                     fontsize=9, loc="left")
+        ax.set_title(f"{impl}: {st['cases']:,} cases ran; not plotted: exactly 0 (bit-exact) {st['zero']:,}\n"
+                     f"grey bin: failing without a finite ratio (wrong ids or codes, an exception, a crash) "
+                     f"{st['non_finite']:,}\nin the end bins of the axis: below {edges[0]:.0e} "
+                     f"{st['below_axis']:,}, above {edges[-1]:.0e} {st['above_axis']:,}", fontsize=9, loc="left")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("largest |error| / derived bound per case (log scale)")
@@ -614,20 +628,36 @@ def _config_text(w):
 
 def _section_totals(rep):
     run, t = rep["run"], rep["totals"]
-    reached = f"{t['max_ratio_impl']} / {t['max_ratio_op']}" if t["max_ratio_impl"] else "no case ran"
+    ratio, reached = _max_ratio_text(t)
     rows = [("cases", t["cases"])] + [(f"status {s}", n) for s, n in t["status"].items()] + [
-        ("max error/bound ratio (1.0 = exactly at the derived bound)",
-         t["max_ratio"] if t["max_ratio"] is not None else "no case ran"),
+        (MAX_RATIO, ratio),
         ("reached by", reached), ("fixtures written", t["fixtures"]),
         ("pairwise coverage (pairs of field values compared, of those reachable)", _pairwise_text(t.get("pairwise"))),
         ("implementations", ", ".join(run["impls"] or []) or NOT_RECORDED),
         ("ops", ", ".join(run["ops"] or []) or NOT_RECORDED), ("model preset", run["model"] or "none"),
         ("seed", run["seed"]), ("workers", run["workers"]), ("wall seconds", run["seconds"])]
     failing = {f"status {s}" for s in t["status"] if s not in ("pass", "skip")}
+    if t.get("no_ratio") or (t["max_ratio"] or 0) > 1:
+        failing.add(MAX_RATIO)
     out = _table(None, rows, lambda i, j, v: "bad" if j == 1 and rows[i][0] in failing and v else "")
     out += "".join(f"<p class=\"note\">{html.escape(n)}</p>" for n in rep["notes"])
     out += "".join(f"<p class=\"err\">worker error: {html.escape(e)}</p>" for e in rep["worker_errors"])
     return out
+
+
+def _max_ratio_text(t):
+    """(the headline's max error/bound ratio, where it was reached): ∞ where failing cases have no finite ratio (a
+    largest finite ratio of 0 next to hundreds of failures read as a clean run), with the largest finite one."""
+    finite = "no case ran" if t["max_ratio"] is None else f"{t['max_ratio']:.6g}"
+    where = f"{t['max_ratio_impl']} / {t['max_ratio_op']}" if t["max_ratio_impl"] else "no case ran"
+    groups = t.get("no_ratio") or []
+    if not groups:
+        return finite, where
+    n = sum(g["cases"] for g in groups)
+    return (f"∞: {n:,} failing case{'s' * (n != 1)} without a finite ratio (wrong ids or codes, an exception, a "
+            f"crash); the largest finite ratio is {finite}",
+            "∞: " + ", ".join(f"{g['impl']} / {g['op']} ({g['cases']:,})" for g in groups)
+            + (f"; largest finite: {where}" if t["max_ratio_impl"] else ""))
 
 
 def _pairwise_text(p):
@@ -707,8 +737,9 @@ def _section_ratios(rep, png):
     return (f"<p>Per case, the largest |error| / derived bound over its compared elements: 0 = bit-exact, "
             f"1.0 = exactly at the derived bound, above 1 fails. The plot's axis spans "
             f"1e{round(math.log10(lo))}…1e{round(math.log10(hi))} (at most 1e{round(math.log10(RATIO_AXIS[0]))}…"
-            f"1e{round(math.log10(RATIO_AXIS[1]))}: ratios beyond it are drawn in its end bins); exact zeros and "
-            "cases without a ratio are counted in its titles, not drawn.</p>" + table + img)
+            f"1e{round(math.log10(RATIO_AXIS[1]))}: ratios beyond it are drawn in its end bins); exact zeros are "
+            "counted in its titles, not drawn; failing cases without a finite ratio (wrong ids or codes, an "
+            "exception, a crash) are drawn in the grey bin right of the axis.</p>" + table + img)
 
 
 def _seed_text(w):

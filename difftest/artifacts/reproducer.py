@@ -2,11 +2,13 @@
 
 What a reproducer checks each output against comes from the spec at writing time (reference(), stored in the npz
 beside the script), so the script compares without the spec: the spec's value and an element-wise bound (0:
-bit-exact, +inf: not bounded) or an interval [low, high]. Routing ids are compared as sets per token where the
-spec's selection wins by more than 4δ (compare.robust: then no other set is valid); at a near tie another set may be
-valid and the script leaves the token to difftest. Routing weights are compared by id, within the recipe's bound;
+bit-exact, +inf: not bounded) or an interval [low, high]. Routing ids: every token whose set differs from the spec's
+must be a valid selection by difftest's own rule (compare.py's validity functions, copied, on the float64 keys, group
+scores and δ stored as validity.*); an invalid one is named with the groups' scores, the keys and the margin, as
+difftest names it. Routing weights are compared by id where the sets agree, within the recipe's bound;
 the trtllm-gen permutation by its layout rules at the implementation's own ids (spec/permutation.py's checker);
-quant codes, scales and the scale buffer (read through the layout's strides) bit-exact; the moe layer's out within
+quant codes, scales and the scale buffer (read through the layout's strides) bit-exact, a differing code shown with
+the value it stands for (shown.*: the format's table); the moe layer's out within
 the recipe's bound (tokens within 2δ of a routing tie unbounded); a trtllm_ops kernel by compare_trtllm_ops' rules,
 an interval over the allowed scales where it requantizes. The checks are the functions below marked STANDALONE,
 copied into the script by their source: numpy only.
@@ -29,10 +31,12 @@ import os
 import textwrap
 from pathlib import Path
 from string import Template
+from types import SimpleNamespace
 
 import numpy as np
 
 from spec import layouts, permutation
+from spec.numerics import E4M3FN, E8M0, decode
 from spec.permutation import check_permutation, local_expert_ids  # in the script: copied (PERMUTATION)
 from spec.recipes import DEFAULT
 
@@ -42,7 +46,7 @@ from ..model.case import CaseError
 from . import embed
 
 SHOWN = 5  # elements listed per output
-PARTS = ("input", "expected", "bound", "low", "high", "decode", "index", "robust")
+PARTS = ("input", "expected", "bound", "low", "high", "decode", "index", "robust", "validity", "shown")
 TIMEOUT_S = 1800  # a reproducer's run past it is a hang; generous: a first run may JIT-build the kernel for minutes
 KERNEL_PACKAGES = {"impls.flashinfer": "flashinfer-python (and apache-tvm-ffi)",
                    "impls.sglang": "sglang-kernel (its sgl_kernel package)"}
@@ -81,6 +85,14 @@ def _quant_reference(c, inputs, parts):
     parts["expected"]["scale_buffer"] = layouts.view(layout).copy()
     parts["bound"]["scale_buffer"] = np.zeros(parts["expected"]["scale_buffer"].shape)
     parts["index"]["scale_buffer"] = layouts.view(layout._replace(data=np.arange(layout.data.size))).copy()
+    codes = np.arange(256, dtype=np.uint8)
+    scale_codes = {"mxfp8": E8M0, "nvfp4": E4M3FN}.get(c.scheme, E8M0 if c.layout == "ue8m0_packed" else None)
+    if c.scheme != "nvfp4":  # nvfp4's q bytes hold two e2m1 codes each
+        parts["shown"]["q"] = decode(codes, E4M3FN).astype(np.float64)
+    if scale_codes is not None:  # one-byte codes, or (ue8m0_packed) the bytes of int32 words
+        parts["shown"]["scale_buffer"] = decode(codes, scale_codes).astype(np.float64)
+        if c.scheme != "fp8_group":
+            parts["shown"]["scales"] = parts["shown"]["scale_buffer"]
 
 
 def _routing_reference(c, inputs, recipe, parts):
@@ -95,10 +107,13 @@ def _routing_reference(c, inputs, recipe, parts):
     bound = compare.weight_bound(c, recipe, w, inputs=inputs, ids=ids) + np.where(
         degenerate[:, None], 0.0, 2 * absolute)
     shared = compare.weight_bound(c, recipe, spec.weights[:, k:])
-    _, _, delta, gdelta = compare.keys64(c, inputs, recipe)
+    keys, gkeys, delta, gdelta = compare.keys64(c, inputs, recipe)
     parts["expected"].update(ids=spec.ids, weights=np.concatenate([w, spec.weights[:, k:]], axis=1))
     parts["bound"]["weights"] = np.concatenate([bound, shared], axis=1)
     parts["robust"]["ids"] = compare.robust(spec, delta, gdelta)
+    parts["validity"].update(keys=keys, delta=delta, group_delta=gdelta)
+    if gkeys is not None:
+        parts["validity"]["group_keys"] = gkeys
 
 
 def _dev_reference(c, inputs, parts):
@@ -180,20 +195,31 @@ def violations(op, config, out, ref):
 
 
 def routing_rows(config, out, ref):
-    """Ids as sets per token where robust, weights by id where the sets agree, then the permutation if any."""
+    """Ids: every token whose set differs from the spec's a valid selection (difftest's rule: _valid_selection on
+    the float64 keys and δ in ref["validity"]), the shared slots the spec's; weights by id where the sets agree;
+    then the permutation if any."""
     k = config["top_k"]
     ids, w = np.asarray(out["ids"]), np.asarray(out["weights"], np.float64)
     want = np.asarray(ref["expected"]["ids"])
     if ids.shape != want.shape or w.shape != want.shape:
         return [(np.inf, "shape", "ids, weights", (), f"shapes {ids.shape}, {w.shape}", f"{want.shape}", 0.0)], []
     same = (np.sort(ids[:, :k], axis=1) == np.sort(want[:, :k], axis=1)).all(axis=1)
-    same &= (ids[:, k:] == want[:, k:]).all(axis=1)
-    robust = np.asarray(ref["robust"]["ids"], bool)
-    rows = [(np.inf, "ids", "ids", (int(t),), sorted(ids[t].tolist()), sorted(want[t].tolist()), 0.0)
-            for t in np.flatnonzero(~same & robust)]
-    near = np.flatnonzero(~same & ~robust)
-    notes = [f"ids of tokens {near[:8].tolist()} differ from the spec's at a near tie (margin within 4δ), where "
-             "another set may be valid: not checked here (python -m difftest replay decides)"] if near.size else []
+    shared = (ids[:, k:] == want[:, k:]).all(axis=1)
+    v, cfg = ref["validity"], SimpleNamespace(**config)
+    rows, valid = [], []
+    for t in np.flatnonzero(~(same & shared)):
+        reason = (None if same[t] else _valid_selection(t, ids[t, :k].astype(np.int64), v["keys"], v.get("group_keys"),
+                                                         v["delta"], v["group_delta"], cfg))
+        if reason is None and not shared[t]:
+            reason = ("shared", f"shared expert ids {ids[t, k:].tolist()} but spec={want[t, k:].tolist()}")
+        if reason is None:
+            valid.append(int(t))
+        else:
+            rows.append((np.inf, "ids", "ids", (int(t),), sorted(ids[t, :k].tolist()), sorted(want[t, :k].tolist()),
+                         reason[1]))  # the routed ids, as difftest's message names them
+    notes = [f"ids of tokens {valid[:8]} ({len(valid)} in all) are another valid selection (within 2δ of a tie); "
+             "python -m difftest replay checks their weights, against the ideal at their own ids"] if valid else []
+    same &= shared
     order = np.argsort(ids[:, :k], axis=1)
     by_id = np.concatenate([np.take_along_axis(w[:, :k], order, axis=1), w[:, k:]], axis=1)
     rows += element_rows("weights", by_id[same], ref, rows_at=np.flatnonzero(same), keep=same)
@@ -270,36 +296,59 @@ def element_rows(name, got, ref, rows_at=None, keep=None):
         index = at if rows_at is None else (int(rows_at[at[0]]), *at[1:])
         if interval:
             rows.append((np.inf, "interval", name, index, float(g[at]), (float(lo[at]), float(hi[at])), None))
-        elif want.dtype.kind == "i":  # codes and words: as unsigned bits, shown in hex
+        elif want.dtype.kind in "iu":  # codes and words: their unsigned bits in hex, and the values they stand for
             bits = want.dtype.str.replace("i", "u")
             got_bits, want_bits = np.asarray(got[at], want.dtype).view(bits), np.asarray(want[at]).view(bits)
-            rows.append((np.inf, "exact", name, index, int(got_bits), int(want_bits), 0.0))
+            table, width = ref["shown"].get(name), want.dtype.itemsize
+            rows.append((np.inf, "exact", name, index, code_text(int(got_bits), width, table),
+                         code_text(int(want_bits), width, table), 0.0))
         else:
-            kind = "exact" if want.dtype.kind == "u" or np.all(bound == 0) else "bounded"
+            kind = "exact" if np.all(bound == 0) else "bounded"
             rows.append((float(ratio[at]), kind, name, index, got[at].item(), want[at].item(), float(bound[at])))
     return rows
+
+
+def number(v):
+    """A value as text, with 2^e where it is a power of two (a scale)."""
+    mantissa, e = np.frexp(v)
+    return f"{v:.9g} = 2^{e - 1}" if np.isfinite(v) and mantissa == 0.5 else f"{v:.9g}"
+
+
+def code_text(bits, width, table=None):
+    """Integer bits in hex, with what they stand for where `table` decodes a byte: a one-byte code's value, or
+    the `width` bytes of a packed word, low byte first."""
+    if table is None:
+        return f"{bits:#x}"
+    values = [number(float(table[(bits >> 8 * b) & 0xFF])) for b in range(width)]
+    if width == 1:
+        return f"{bits:#x} ({values[0]})"
+    return f"{bits:#x} (bytes {', '.join(v.rpartition(' = ')[2] for v in values)})"  # 2^e alone, where it is one
 
 
 def describe(row):
     """One line per row of violations()."""
     ratio, kind, name, index, got, want, bound = row
     at = "[" + ", ".join(map(str, index)) + "]"
-    if kind == "ids":
-        return f"ids{at}={got} but spec={want} (the spec's set wins by more than 4δ: no other set is valid)"
+    if kind == "ids":  # bound: why the set is no valid selection
+        return f"ids{at}={got} but spec={want}: {bound}"
     if kind == "permutation":
         return f"permutation: {got}"
     if kind == "shape":
         return f"{name}: {got} but the spec has {want}"
     if kind == "interval":
         return f"{name}{at}={got:.9g} outside [{want[0]:.9g}, {want[1]:.9g}]"
-    if kind == "exact":
-        shown = (f"{got:#x} but spec={want:#x}" if isinstance(got, int) and name != "ids"
-                 else f"{got!r} but spec={want!r}")
+    if kind == "exact":  # codes and words as code_text made them, values as numbers
+        shown = f"{got} but spec={want}" if isinstance(got, str) else f"{number(got)} but spec={number(want)}"
         return f"{name}{at}={shown} (bit-exact required)"
     return f"{name}{at}={got:.6g} but spec={want:.6g}: |diff| {abs(got - want):.3g} > bound {bound:.3g} ({ratio:.3g}x)"
 
 
-STANDALONE = (compact, violations, routing_rows, permutation_rows, output_values, element_rows, describe)
+STANDALONE = (compact, violations, routing_rows, permutation_rows, output_values, element_rows, number, code_text,
+              describe)
+# difftest's validity rule for routing ids (difftest/checking/compare.py), copied into the script by its source
+VALIDITY = (compare.above, compare._beaten, compare.kept_group_sets, compare.mask_value, compare._margin,
+            compare._groups, compare._best_groups, compare._valid_selection, compare._masked, compare._group_reason)
+_valid_selection = compare._valid_selection  # what routing_rows calls, here as in the script
 PERMUTATION = (permutation.Layout, permutation._require, permutation._check_ids, permutation.local_expert_ids,
                permutation.counts, permutation.padded_counts, permutation.offsets, permutation.cta_idx_xy_to_batch_idx,
                permutation.cta_idx_xy_to_mn_limit, permutation.layout, permutation.check_permutation)
@@ -402,7 +451,7 @@ def main(argv):
         return 2
     with np.load(DATA, allow_pickle=False) as data:
         ref = {p: {k.split(".", 1)[1]: data[k] for k in data.files if k.startswith(p + ".")}
-               for p in ("input", "expected", "bound", "low", "high", "decode", "index", "robust")}
+               for p in $parts}
     inputs = {k: v.copy() for k, v in ref.pop("input").items()}  # writable copies
     for k, a in inputs.items():
         print(f"input {k}: {compact(a)}")
@@ -523,7 +572,8 @@ def script_arrays(fx):
 def script_text(fx, npz_name, script_dir):
     """The reproducer's source for a fixture whose inputs it reads from `npz_name` beside it."""
     kind, target = kind_of_reference(fx.impl_ref)
-    checks = [f"PERMUTATION_KEYS = {PERMUTATION_KEYS!r}\n"] + [inspect.getsource(f) for f in PERMUTATION + STANDALONE]
+    checks = [f"PERMUTATION_KEYS = {PERMUTATION_KEYS!r}\n"] + [inspect.getsource(f)
+                                                              for f in PERMUTATION + VALIDITY + STANDALONE]
     if kind == "adapter":
         embedded = embed.files(target)
         loader, about = ADAPTER_LOADER, (
@@ -550,7 +600,7 @@ def script_text(fx, npz_name, script_dir):
         case_json=embed.literal(json.dumps(fx.case.to_dict(), indent=1, sort_keys=True)),
         config_json=embed.literal(json.dumps(config_dict(fx.case.config), indent=1, sort_keys=True)),
         timeout=TIMEOUT_S, imports=_imports(kind), loader_constants=constants,
-        checks="\n\n".join(checks), loader=loader, shown=SHOWN, files=files)
+        checks="\n\n".join(checks), loader=loader, shown=SHOWN, files=files, parts=repr(PARTS))
 
 
 def write_script(fx, path):
@@ -574,7 +624,7 @@ def _plugin_file(where, fixture_dir):
 
 def _imports(kind):
     """The script's standard-library imports, sorted as ruff's isort sorts them."""
-    plain = {"faulthandler", "importlib", "json", "sys"} | ({"os", "tempfile"} if kind == "adapter"
+    plain = {"faulthandler", "importlib", "itertools", "json", "sys"} | ({"os", "tempfile"} if kind == "adapter"
                                                            else {"importlib.util"})
     froms = ["from pathlib import Path", "from types import SimpleNamespace", "from typing import NamedTuple"]
     return "\n".join([f"import {m}" for m in sorted(plain)] + froms)

@@ -27,7 +27,7 @@ import numpy as np
 
 from spec import bounds, permutation, trtllm_ops
 from spec import routing as spec_routing
-from spec.numerics import E4M3FN, E8M0, FP32, SCALE_BLOCKS, as_format, decode, round_to
+from spec.numerics import E2M1, E4M3FN, E8M0, FP32, SCALE_BLOCKS, as_format, decode, round_to
 from spec.recipes import DEFAULT
 
 from . import bias, impl_spec
@@ -179,9 +179,12 @@ class Output(NamedTuple):
     contract: str
 
 
-def contract(case):
-    """{output name: Output} of what run() returns for this case (routing, quant and moe; the trtllm_ops dev
-    kernels are compared by name in compare_trtllm_ops)."""
+def contract(case, expected=None):
+    """{output name: Output} of what run() returns for this case: routing, quant and moe from the case; a trtllm_ops
+    dev kernel's from the spec's outputs (``expected``, impl_spec.dev_kernel: compare_trtllm_ops has them), each of
+    its shape as float32 values, uint8 codes or integers (narrow floats as float32, fp8 as uint8 codes)."""
+    if case.op == "trtllm_ops":
+        return {} if expected is None else {name: _dev_output(np.asarray(a)) for name, a in expected.items()}
     c = case.config
     if case.op == "routing":
         T, n = c.num_tokens, c.top_k + c.num_fused_shared_experts
@@ -208,11 +211,20 @@ def contract(case):
     return {}
 
 
-def contract_violation(case, outputs, impl_name="the implementation", tag=None):
+def _dev_output(a):
+    """The contract of one output of a trtllm_ops dev kernel whose spec output is `a`."""
+    if a.dtype == np.uint8:
+        return Output(True, BYTES, (a.shape,), f"uint8 codes {list(a.shape)}")
+    if a.dtype.kind == "f":
+        return Output(True, FLOATS, (a.shape,), f"float32 {list(a.shape)}")
+    return Output(True, INTEGERS, (a.shape,), f"int32 {list(a.shape)}")
+
+
+def contract_violation(case, outputs, impl_name="the implementation", tag=None, expected=None):
     """None, or the failing Verdict of the first output of `outputs` that breaks the plug-in contract (missing,
-    dtype, shape): the implementation's finding, stated with the contract it broke."""
+    dtype, shape): the implementation's finding, stated with the contract it broke (``expected``: contract's)."""
     tag = tag or case.op
-    for name, want in contract(case).items():
+    for name, want in contract(case, expected).items():
         field = "permutation" if name in PERMUTATION_KEYS else name
         if name not in outputs:
             if want.required:
@@ -712,6 +724,14 @@ def scale_value(config, packed=False):
     return lambda b: _number(np.uint32(b).view(np.float32))
 
 
+def code_value(config):
+    """bits -> the value a quant case's q code stands for, as text: e4m3 (fp8_group, mxfp8), or nvfp4's two e2m1
+    codes of a byte, low nibble (the even element) first."""
+    if config.scheme == "nvfp4":
+        return lambda b: ", ".join(f"{float(decode(np.uint8((int(b) >> s) & 0xF), E2M1)):g}" for s in (0, 4))
+    return lambda b: f"{float(decode(np.uint8(b), E4M3FN)):g}"
+
+
 def nan_sign_free(codes):
     """e4m3fn codes with every NaN (0x7f, 0xff) as 0x7f: a NaN's sign is no contract (PTX cvt writes 0x7f
     whatever the input, torch keeps the input's sign bit), every other bit is."""
@@ -727,8 +747,8 @@ def compare_quant(case, inputs, out, recipe, tag):
     q, ref = out["q"], want["q"]
     if c.scheme in ("fp8_group", "mxfp8"):
         q, ref = nan_sign_free(q), nan_sign_free(ref)
-    verdicts = [_bit_exact("q", q, ref, tag), _bit_exact("scales", out["scales"], want["scales"], tag,
-                                                         value=scale_value(c))]
+    verdicts = [_bit_exact("q", q, ref, tag, value=code_value(c)),
+                _bit_exact("scales", out["scales"], want["scales"], tag, value=scale_value(c))]
     layout = want["layout"]
     data = np.ascontiguousarray(out["scale_buffer"]).view(np.uint8).ravel()
     if data.nbytes != layout.data.nbytes:
@@ -971,9 +991,9 @@ def compare_trtllm_ops(case, inputs, out, recipe, tag):
     finalize_deepseek_fp8: that sum's δ through the interval rule of its unfloored requantization."""
     c = case.config
     want = impl_spec.dev_kernel(c, inputs)
-    missing = sorted(set(want) - set(out))
-    if missing:
-        return failed(missing[0], "missing", f"outputs {missing} missing [{tag}]")
+    broken = contract_violation(case, out, tag=tag, expected=want)  # before a wrong shape can break the arithmetic
+    if broken is not None:
+        return broken
     if c.kernel in ("permute", "convertsf"):
         return worst(*(_bit_exact(name, out[name], want[name], tag) for name in want))
     v, delta, rows = dev_allowance(c, inputs)

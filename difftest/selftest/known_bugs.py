@@ -20,7 +20,7 @@ from impls.torch_eager import quant as te_quant
 from impls.torch_eager import routing as te_routing
 
 from ..checking.impl_torch import TORCH, expert_tensors, numpy, tensor
-from ..model.case import Case, MoEConfig, QuantConfig, RoutingConfig
+from ..model.case import Case, Decline, MoEConfig, QuantConfig, RoutingConfig
 from ..model.generate import weights as generated_weights
 from .bug_models import DEEPSEEK_BIASED_WEIGHTS
 
@@ -73,10 +73,24 @@ def _combine(case, inputs, ids, w, *, local=None, expert=None, operand=None):
     return numpy(acc.to(torch.bfloat16))
 
 
-def _model(name, ops, run):
+def _model(name, ops, run, **modelled):
     """torch eager with one public bug; the routing models return ids and weights only, so they are of contract 1
-    (before the padded permutation), and the layer models of torch's own contract."""
-    return TORCH._replace(name=f"bug:{name}", ops=ops, run=run, contract=1 if ops == ("routing",) else TORCH.contract)
+    (before the padded permutation), and the layer models of torch's own contract. ``modelled``: {field: values}
+    of the kernel path the bug is in (a moe case's routing fields too); any other value is declined, naming it, so
+    that a campaign of the model reports its bug and not its misuse (KeyError 'w13_scale' on a path it does not
+    model, found as a new bug by a fresh `fuzz --known fixtures/`)."""
+
+    def unsupported(case):
+        c = case.config
+        for field, values in modelled.items():
+            value = getattr(c.routing if case.op == "moe" and not hasattr(c, field) else c, field)
+            if value not in values:
+                return Decline(f"models the bug on {field} {' or '.join(map(str, values))} only, not {value}",
+                               **{field: value})
+        return TORCH.unsupported(case)
+
+    return TORCH._replace(name=f"bug:{name}", ops=ops, run=run, contract=1 if ops == ("routing",) else TORCH.contract,
+                          unsupported=unsupported)
 
 
 # ---- routing bugs
@@ -87,8 +101,11 @@ def _k02_run(case, inputs):
     takes -1 as the top-k minValue, assuming sigmoid + bias >= 0. Modelled as a top-k over the E keys s + b
     followed by padding lanes E..31 of key -1 (ties: lower lane first), so a padding lane beats every valid
     expert whose key is below -1; a padding pick carries no score (weight 0) and the weights are renormalized
-    over the picks."""
+    over the picks. Any other routing (another method, no bias, groups, fused shared experts) is torch's: the model
+    is of that kernel path alone."""
     c = case.config
+    if c.method != "deepseek_v3" or "bias" not in inputs or c.n_group > 1 or c.num_fused_shared_experts:
+        return TORCH.run(case, inputs)
     s = te_routing.sigmoid(torch.tensor(inputs["logits"]))
     keys = s + torch.tensor(inputs["bias"])
     lanes = max(32, c.num_experts)
@@ -110,9 +127,12 @@ def _k02_run(case, inputs):
 
 def _k03_run(case, inputs):
     """K3: softmax top-k with renormalize=False returns the gathered raw logits instead of the softmax
-    probabilities (softmax was applied only inside the renormalize branch)."""
+    probabilities (softmax was applied only inside the renormalize branch). Renormalizing, or another method than
+    the ungrouped softmax top-k, or with fused shared experts, it is torch's."""
     c = case.config
     out = TORCH.run(case, inputs)
+    if c.method not in ("default", "renormalize_naive") or c.renormalize or c.num_fused_shared_experts:
+        return out
     w = np.take_along_axis(inputs["logits"], out["ids"].astype(np.int64), axis=1)
     rsf = np.float32(1.0 if c.routed_scaling_factor is None else c.routed_scaling_factor)
     return {**out, "weights": (w * rsf).astype(np.float32)}  # ids and permutation as torch's
@@ -135,8 +155,11 @@ def _k05_k06_weights(case, inputs, ids):
 
 
 def _k05_run(case, inputs):
-    """K5: torch's selection (ties: lower id, as the spec), weights recovered by subtraction."""
+    """K5: torch's selection (ties: lower id, as the spec), weights recovered by subtraction; DeepSeek-V3 routing
+    with a bias and no fused shared experts only (the kernels that subtract it), else torch's."""
     out = TORCH.run(case, inputs)
+    if case.config.method != "deepseek_v3" or "bias" not in inputs or case.config.num_fused_shared_experts:
+        return out
     return {**out, "weights": _k05_k06_weights(case, inputs, out["ids"])}  # ids and permutation as torch's
 
 
@@ -166,8 +189,10 @@ def _k04_run(case, inputs):
 def _rsf_again_run(case, inputs):
     """K7/K8: rsf folded into the top-k weights (placement "routing") and the layer output multiplied by rsf
     once more, rounded to the bf16 output."""
+    rsf = case.config.routing.routed_scaling_factor
     out = TORCH.run(_moe_case(case, rsf_placement="routing"), inputs)
-    return {**out, "out": _bf16(out["out"] * np.float32(case.config.routing.routed_scaling_factor))}
+    # no rsf (None) scales by nothing, twice as once: np.float32(None) is NaN, which a fresh campaign reported as new
+    return {**out, "out": _bf16(out["out"] * np.float32(1.0 if rsf is None else rsf))}
 
 
 def _k09_run(case, inputs):
@@ -184,6 +209,8 @@ def _k10_run(case, inputs):
     c = case.config
     out = TORCH.run(case, inputs)
     off, n = c.local_expert_offset, c.local_num_experts
+    if n is None:  # no expert-parallel shard: no offset to subtract twice
+        return out
 
     def local(e):
         return off <= e - off < off + n
@@ -295,18 +322,20 @@ def _k15_run(case, inputs):
 K01 = DEEPSEEK_BIASED_WEIGHTS._replace(name="bug:K01_deepseek_biased_weights")  # K1: weights from s + b
 K02 = _model("K02_minus_one_sentinel", ("routing",), _k02_run)
 K03 = _model("K03_raw_logit_weights", ("routing",), _k03_run)
-K04 = _model("K04_fp32_bias_read_as_bf16", ("moe",), _k04_run)
+PREPARED = ("prepared",)  # the layer models that combine experts themselves read the prepared (quantized) weights
+K04 = _model("K04_fp32_bias_read_as_bf16", ("moe",), _k04_run, quant=("fp8_block",), bias_dtype=("fp32",))
 K05 = _model("K05_weights_by_subtraction_no_eps", ("routing",), _k05_run)
-K06 = _model("K06_weights_by_subtraction_warp_path", ("moe",), _k06_run)
-K07 = _model("K07_rsf_forwarded_and_applied", ("moe",), _rsf_again_run)
-K08 = _model("K08_tbo_epilogue_rsf_again", ("moe",), _rsf_again_run)
-K09 = _model("K09_fp32_weights_read_as_bf16", ("moe",), _k09_run)
-K10 = _model("K10_double_offset_subtraction", ("moe",), _k10_run)
-K11 = _model("K11_gated_interleave_on_relu2", ("moe",), _k11_run)
-K12 = _model("K12_gate_up_read_as_up_gate", ("moe",), _k12_run)
-K13 = _model("K13_tile192_scale_layout", ("moe",), _k13_run)
-K14 = _model("K14_log2_ue8m0", ("quant",), _k14_run)
-K15 = _model("K15_scale_floor_before_ue8m0", ("quant",), _k15_run)
+K06 = _model("K06_weights_by_subtraction_warp_path", ("moe",), _k06_run, quant=("bf16",))
+K07 = _model("K07_rsf_forwarded_and_applied", ("moe",), _rsf_again_run, quant=("bf16",), method=("deepseek_v3",))
+K08 = _model("K08_tbo_epilogue_rsf_again", ("moe",), _rsf_again_run, quant=("bf16",), method=("deepseek_v3",))
+K09 = _model("K09_fp32_weights_read_as_bf16", ("moe",), _k09_run, quant=("nvfp4",), expert_weights=PREPARED)
+K10 = _model("K10_double_offset_subtraction", ("moe",), _k10_run, quant=("nvfp4",), expert_weights=PREPARED)
+K11 = _model("K11_gated_interleave_on_relu2", ("moe",), _k11_run, quant=("nvfp4",), activation=("relu2",),
+             expert_weights=PREPARED)
+K12 = _model("K12_gate_up_read_as_up_gate", ("moe",), _k12_run, quant=("bf16",))
+K13 = _model("K13_tile192_scale_layout", ("moe",), _k13_run, quant=("nvfp4",), expert_weights=PREPARED)
+K14 = _model("K14_log2_ue8m0", ("quant",), _k14_run, scheme=("fp8_group",), scale_fmt=("ue8m0",))
+K15 = _model("K15_scale_floor_before_ue8m0", ("quant",), _k15_run, scheme=("fp8_group",), scale_fmt=("ue8m0",))
 
 
 class KnownBug(NamedTuple):
