@@ -104,6 +104,17 @@ def to_torch(x, dtype, device):
     return t.to(getattr(torch, {"fp32": "float32", "int32": "int32"}[dtype])).to(device)
 
 
+def raise_pending_launch_error(device):
+    """Raise here the error of a kernel launch that failed without raising. A launch CUDA refuses (a 0-block grid:
+    "invalid configuration argument") only sets the runtime's last error; the next launch checked in the process
+    reports it as its own, and a device-to-host copy does not check it at all. One trivial launch, checked by torch,
+    attributes the error to the call that caused it."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.empty(1, device=device).zero_()
+
+
 def to_numpy(t):
     """torch -> numpy: bf16/fp16/fp32 -> float32 (exact), float8 -> uint8 codes, ints unchanged."""
     import torch

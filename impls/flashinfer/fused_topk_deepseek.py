@@ -7,7 +7,7 @@ key with ties to the lower expert id, weight = ``(s·rsf) / (Σs + 1e-20)`` eval
 double) from the fp32 warp-reduced Σs, rounded once to the logits' dtype. Always renormalizes.
 """
 
-from ._env import cuda_problem, first_problem, flashinfer_problem, to_numpy, to_torch
+from ._env import cuda_problem, first_problem, flashinfer_problem, raise_pending_launch_error, to_numpy, to_torch
 
 NAME = "flashinfer.fused_topk_deepseek"
 OP = "routing"
@@ -119,4 +119,5 @@ def run(config, inputs, device="cuda"):
     rsf = 1.0 if config.routed_scaling_factor is None else config.routed_scaling_factor
     weights, ids = fused_topk_deepseek(scores, bias, n_group=config.n_group, topk_group=config.topk_group,
                                        top_k=config.top_k, routed_scaling_factor=rsf)
+    raise_pending_launch_error(device)  # T = 0: the launch fails silently (F4), and the copies below do not check
     return {"ids": to_numpy(ids), "weights": to_numpy(weights)}
