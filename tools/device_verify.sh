@@ -10,11 +10,12 @@
 #   2. every GPU fixture's `show --script` reproducer, run from outside the tree: the FlashInfer and SGLang ones with
 #      only numpy, torch and the kernel's package on the path (exit 1: the bug is there; SGLang 2 without sgl-kernel),
 #      the torch-CUDA ones (fixed; the project's own implementation) with the project on it (exit 0)  -> OUT/repro.tsv
-#   3. fresh-seed campaigns with --known fixtures/, in waves of two or three side by side (14 workers a wave), 75 s
-#      each (DEVICE_VERIFY_CAMPAIGN_S)  -> OUT/campaigns/NAME/, and OUT/digest.txt over them all
+#   2b. `replay` of every GPU fixture: each fails as recorded (its stored signatures)  -> OUT/replay.txt
+#   3. fresh-seed campaigns with --known fixtures/, in waves side by side (about 14 workers a wave): the trtllm-gen
+#      presets for 170 s, every adapter without a preset, the rest  -> OUT/campaigns.tgz (NAME/), OUT/digest.txt
 # A step that no longer fits in the time left is skipped, and the log says so. Not in this call: the SGLang kernels
 # (sgl-kernel is not carried: their tests and scripts skip), cutlass_fused_moe (opt-in, an hour of JIT), the SM100-only
-# trtllm_* MoE entry points, the heavy tier, and the 170 s preset campaigns of issue 38 (75 s here).
+# trtllm_* MoE entry points, and the heavy tier.
 set -u
 O=$(realpath -m "${1:?usage: bash tools/device_verify.sh OUT [SEED]}"); SEED=${2:-$(($(date +%s) % 100000))}
 R=$PWD C=$PWD/.carry W=/tmp/device_verify LIMIT=${DEVICE_VERIFY_LIMIT:-585}
@@ -65,6 +66,13 @@ if fits 150 "fixture reproducers"; then
   tar -C $W -czf "$O/repro_scripts.tgz" scripts
 fi
 
+step "2b. replay of every GPU fixture (each must fail as recorded: its stored signatures)"
+if fits 120 "GPU fixture replay"; then
+  timeout -k 5 100 python3 -m difftest replay -v fixtures/flashinfer-* fixtures/sglang-* fixtures/*torch-cuda-* \
+    --skip-unavailable > "$O/replay.txt" 2>&1
+  echo "replay exit $?"; tail -n 25 "$O/replay.txt"
+fi
+
 step "3. campaigns (seed $SEED, --known fixtures/)"
 campaign() {  # NAME SECONDS WORKERS IMPL [ARGS...]
   local name=$1 s=$2 n=$3 impl=$4 d=$W/runs/$1 o=$O/campaigns/$1; shift 4
@@ -74,19 +82,23 @@ campaign() {  # NAME SECONDS WORKERS IMPL [ARGS...]
   [ -d "$d/fixtures" ] && tar -C "$d" -czf "$o/fixtures.tgz" fixtures
   tail -n 6 "$d.log"
 }
-B=${DEVICE_VERIFY_CAMPAIGN_S:-75}
-wave() {  # DESCRIPTION then "NAME WORKERS IMPL [ARGS...]" per campaign, run side by side (`wait` alone would also
-  local what=$1 pids=(); shift  # wait for the log's tee)
-  fits $((B + 40)) "$what" || return
-  for c in "$@"; do read -r -a a <<< "$c"; campaign "${a[0]}" "$B" "${a[@]:1}" & pids+=($!); done
+wave() {  # SECONDS DESCRIPTION then "NAME WORKERS IMPL [ARGS...]" per campaign, run side by side (`wait` alone
+  local s=$1 what=$2 pids=(); shift 2  # would also wait for the log's tee)
+  fits $((s + 40)) "$what" || return
+  step "wave: $what"
+  for c in "$@"; do read -r -a a <<< "$c"; campaign "${a[0]}" "$s" "${a[@]:1}" & pids+=($!); done
   wait "${pids[@]}"
 }
-wave "nogemm nemotron-h, routing preset" "nogemm_nemotron-h 7 flashinfer.trtllm_gen_nogemm --model nemotron-h" \
-  "routing_preset 7 flashinfer.trtllm_gen_routing --model trtllm-gen-routing"
-wave "nogemm deepseek-v3-mtp, fused_topk_deepseek, dev ops" \
-  "nogemm_deepseek-v3-mtp 7 flashinfer.trtllm_gen_nogemm --model deepseek-v3-mtp" \
-  "fused_topk 4 flashinfer.fused_topk_deepseek" "dev_ops 3 flashinfer.trtllm_gen_dev_ops"
-wave "mono_moe, torch-cuda" "mono_moe 7 flashinfer.mono_moe --model mono-moe" "torch_cuda 7 torch-cuda"
+# most valuable first; ~14 workers a wave on the 16 cores
+wave 170 "trtllm-gen presets, 170 s and 7 workers each (issue 38)" \
+  "nogemm_nemotron-h 7 flashinfer.trtllm_gen_nogemm --model nemotron-h" \
+  "nogemm_deepseek-v3-mtp 7 flashinfer.trtllm_gen_nogemm --model deepseek-v3-mtp"
+wave 60 "every FlashInfer adapter without a preset (issue 33: the compared share)" \
+  "routing 4 flashinfer.trtllm_gen_routing" "nogemm 4 flashinfer.trtllm_gen_nogemm" "mono_moe 3 flashinfer.mono_moe" \
+  "fused_topk 3 flashinfer.fused_topk_deepseek"
+wave 75 "routing preset, dev ops, torch-cuda" "routing_preset 7 flashinfer.trtllm_gen_routing --model trtllm-gen-routing" \
+  "dev_ops 3 flashinfer.trtllm_gen_dev_ops" "torch_cuda 4 torch-cuda"
+wave 75 "mono_moe preset" "mono_moe_preset 7 flashinfer.mono_moe --model mono-moe"
 
 step "digest"
 python3 - "$O/campaigns" << 'EOF' | tee "$O/digest.txt"
@@ -106,4 +118,5 @@ for d in sorted(pathlib.Path(sys.argv[1]).iterdir()):
     for reason, n in sorted(s["skips"].items(), key=lambda kv: -kv[1])[:3]:
         print(f"   skipped {n}: {reason[:200]}")
 EOF
+tar -C "$O" -czf "$O/campaigns.tgz" campaigns && rm -rf "$O/campaigns"  # one file: the call returns few
 step "done"
