@@ -28,7 +28,6 @@ import os
 import platform
 import re
 import secrets
-import sys
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -101,7 +100,12 @@ def device_name(impl_name):
     """The device a finding of `impl_name` was recorded on: the CUDA device for torch-cuda and the kernel adapters
     (FlashInfer, SGLang), else this CPU."""
     if "cuda" in impl_name or impl_name.startswith(("flashinfer", "sglang")):
-        torch = sys.modules.get("torch")
+        # imported here if need be: a campaign worker runs kernels in an isolated child and may hold no torch
+        # (the H200 fixtures of 2026-12-02 said "cpu" that way)
+        try:
+            import torch
+        except ImportError:
+            torch = None
         if torch is not None and torch.cuda.is_available():
             return torch.cuda.get_device_name()
     return f"cpu ({platform.machine()}, {platform.processor() or platform.system()})"

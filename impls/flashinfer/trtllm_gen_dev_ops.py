@@ -44,7 +44,7 @@ def _tensor(a, dtype, device):
     if dtype in ("bf16", "fp16"):
         return torch.from_numpy(a.astype(np.float32)).to({"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]) \
             .to(device)
-    return torch.from_numpy(a).to(device)
+    return torch.from_numpy(a.copy()).to(device)  # a copy: torch warns on a read-only array (a fixture's inputs)
 
 
 def run(config, inputs, device="cuda"):

@@ -76,6 +76,10 @@ def unsupported(config):
     if not (0 <= c.local_expert_offset and 1 <= n_local and c.local_expert_offset + n_local <= r.num_experts):
         return (f"local experts [{c.local_expert_offset}, {c.local_expert_offset + n_local}) must lie in "
                 f"[0, {r.num_experts})")
+    if r.method == "llama4" and n_local < r.num_experts and r.num_tokens <= routing.LLAMA4_WARP_MAX_TOKENS:
+        return (f"llama4 on an expert shard with {r.num_tokens} tokens (the warp path): the routing kernel writes "
+                f"global expert indices into the shard's tiles, and the expert GEMMs would index past the shard's "
+                f"weights: open fixture {routing.LLAMA4_SHARD}")
     return routing.unsupported(routing_config(c))
 
 
@@ -193,6 +197,10 @@ def run(config, inputs, device="cuda"):
                            tile, 0)
     e2p = shard["expanded_idx_to_permuted_idx"]
     local = routing.slot_ids(to_numpy(e2p), to_numpy(shard["cta_idx_xy_to_batch_idx"]), tile, 0)
+    n_local = r.num_experts - offset if c.local_num_experts is None else c.local_num_experts
+    if local.max(initial=-1) >= n_local:  # the kernel's own output, before any weight is indexed by it
+        raise RuntimeError(f"the routing kernel's cta_idx_xy_to_batch_idx names local expert {local.max()} of a "
+                           f"{n_local}-expert shard (cf. open fixture {routing.LLAMA4_SHARD})")
     rows_of = rows_by_expert(to_numpy(e2p), local, device)
     P, H = a["max_padded"], c.hidden_size
     n1 = 2 * c.intermediate_size if c.activation == "swiglu" else c.intermediate_size

@@ -53,6 +53,8 @@ GROUPED_TIERS = (128, 256, 384, 512)
 MAX_EXPERTS = {**{m: tiers[-1] for m, tiers in CUSTOM_TIERS.items()}, "llama4": 128}
 RESERVED_SMS = 8  # getCoopLaunchSMCounts' default reserve (Kernel.cuh:49-96)
 NO_BIAS_CRASH = "flashinfer-trtllm_gen_routing-no_bias_ungrouped"  # open fixture
+LLAMA4_SHARD = "flashinfer-trtllm_gen_routing-llama4_warp_path_shard"  # open fixture: global ids in a shard's tiles
+LLAMA4_WARP_MAX_TOKENS = 3  # the single-warp path (routing_path below)
 DEEPSEEK_MAX_TOPK_GROUP = 4
 DEEPSEEK_MAX_GROUPS = 8
 DEEPSEEK_MAX_EXPERTS = 512  # NumNemotronExperts: routed + fused shared
@@ -156,7 +158,7 @@ def kernel_path(config, sms=132):
             return "grouped/cluster"
         return "grouped/coop" if T <= (sms - RESERVED_SMS) * hist * 64 // k else "grouped/histogram"
     if c.method == "llama4":
-        return "llama4/warp" if T < 4 else "llama4/cluster" if T <= 256 else "llama4/histogram"
+        return "llama4/warp" if T <= LLAMA4_WARP_MAX_TOKENS else "llama4/cluster" if T <= 256 else "llama4/histogram"
     if T <= 16:
         return "custom/block" if T <= 4 else "custom/dyn_block"
     if T <= 256:
