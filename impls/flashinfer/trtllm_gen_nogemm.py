@@ -76,10 +76,6 @@ def unsupported(config):
     if not (0 <= c.local_expert_offset and 1 <= n_local and c.local_expert_offset + n_local <= r.num_experts):
         return (f"local experts [{c.local_expert_offset}, {c.local_expert_offset + n_local}) must lie in "
                 f"[0, {r.num_experts})")
-    if r.method == "llama4" and n_local < r.num_experts and r.num_tokens <= routing.LLAMA4_WARP_MAX_TOKENS:
-        return (f"llama4 on an expert shard with {r.num_tokens} tokens (the warp path): the routing kernel writes "
-                f"global expert indices into the shard's tiles, and the expert GEMMs would index past the shard's "
-                f"weights: open fixture {routing.LLAMA4_SHARD}")
     return routing.unsupported(routing_config(c))
 
 
