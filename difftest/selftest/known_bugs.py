@@ -18,6 +18,7 @@ import torch
 from impls.torch_eager import layer as te_layer
 from impls.torch_eager import quant as te_quant
 from impls.torch_eager import routing as te_routing
+from spec.routing import GROUPED_METHODS, SOFTMAX_METHODS
 
 from ..checking.impl_torch import TORCH, expert_tensors, numpy, tensor
 from ..model.case import Case, Decline, MoEConfig, QuantConfig, RoutingConfig
@@ -131,7 +132,8 @@ def _k03_run(case, inputs):
     the ungrouped softmax top-k, or with fused shared experts, it is torch's."""
     c = case.config
     out = TORCH.run(case, inputs)
-    if c.method not in ("default", "renormalize_naive") or c.renormalize or c.num_fused_shared_experts:
+    ungrouped_softmax = c.method in SOFTMAX_METHODS and c.method not in GROUPED_METHODS  # default, renormalize_naive
+    if not ungrouped_softmax or c.renormalize or c.num_fused_shared_experts:
         return out
     w = np.take_along_axis(inputs["logits"], out["ids"].astype(np.int64), axis=1)
     rsf = np.float32(1.0 if c.routed_scaling_factor is None else c.routed_scaling_factor)
