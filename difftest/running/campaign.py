@@ -397,16 +397,19 @@ def warn_once_per(marker):
 _REDIS_MARKER = None
 
 
-def _first_to_warn():
-    if _REDIS_MARKER is None:
-        return True
+def first_to_claim(marker):
+    """True for the one process, of those sharing `marker` (a path), that creates it first (an exclusive create)."""
     try:
-        os.close(os.open(_REDIS_MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return False
     except OSError:  # an unwritable run directory: better twice than never
         pass
     return True
+
+
+def _first_to_warn():
+    return _REDIS_MARKER is None or first_to_claim(_REDIS_MARKER)
 
 
 def redis_reachable(url):

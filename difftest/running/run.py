@@ -60,15 +60,14 @@ def campaign_cells(impl_refs, ops, model, filters=None):
 def _first_to_report(workers_dir, signature):
     """True for the one worker that reports this signature first: a finding two workers both meet is printed once
     (an exclusive create of a marker named by the signature; run_campaign clears the markers of an earlier run)."""
-    name = "reported-" + hashlib.sha256("\x1f".join(signature).encode()).hexdigest()[:16]
+    from .campaign import first_to_claim
+
     try:
         workers_dir.mkdir(exist_ok=True)
-        os.close(os.open(workers_dir / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
     except OSError:  # an unwritable run directory: better twice than never
-        pass
-    return True
+        return True
+    digest = hashlib.sha256("\x1f".join(signature).encode()).hexdigest()[:16]
+    return first_to_claim(workers_dir / f"reported-{digest}")
 
 
 def _interrupt(signum, frame):
