@@ -420,11 +420,14 @@ def test_every_routing_method_with_bias_bf16_logits_and_a_shard(module, intercep
 
 
 def test_the_contract_rows_are_what_flashinfer_documents():
-    """Each docstring phrase and launcher message the tables above rest on is still in the installed FlashInfer."""
+    """Each docstring phrase and launcher message the tables above rest on is still in the installed FlashInfer, and
+    the entry points the adapters import are the functions whose signatures and docstrings are read."""
     import flashinfer
     import flashinfer.fused_moe.core as core
+    from flashinfer import fused_moe
 
     for name, phrases in DOCSTRING.items():
+        assert getattr(fused_moe, name) is getattr(core, name), f"flashinfer.fused_moe.{name} is not core's"
         doc = normalized(inspect.getdoc(getattr(core, name)))
         missing = [p for p in phrases if normalized(p) not in doc]
         assert not missing, f"{name}'s docstring no longer says {missing}"
