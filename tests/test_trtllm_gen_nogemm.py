@@ -197,6 +197,26 @@ def _run_on_cpu(case, inputs, monkeypatch, deepseek_fp8=fake_activation_deepseek
     return ng.run(case.config, with_stacked_weights(case, inputs), device="cpu")
 
 
+def test_pipeline_runs_on_a_reproducer_scripts_configuration(monkeypatch):
+    """A reproducer script hands the adapter a namespace of the configuration's attributes, not the dataclass
+    (difftest is not importable there): the layer gives the same outputs (it raised TypeError in dataclasses.replace,
+    which the script would have reported as the bug)."""
+    from types import SimpleNamespace
+
+    from difftest.artifacts.reproducer import config_dict
+    from difftest.checking.interface import with_stacked_weights
+    from difftest.model import generate
+
+    def namespace(d):
+        return SimpleNamespace(**{k: namespace(v) if isinstance(v, dict) else v for k, v in d.items()})
+
+    case = Case("moe", moe(routing=DSV3, quant="fp8_block", local_expert_offset=8, local_num_experts=16), seed=3)
+    inputs = generate.inputs(case)
+    want = _run_on_cpu(case, inputs, monkeypatch)
+    got = ng.run(namespace(config_dict(case.config)), with_stacked_weights(case, inputs), device="cpu")
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
 def test_pipeline_check_can_fail(monkeypatch):
     """The wiring test catches a gate/up mix-up: the activation gating the first half fails against the spec."""
     monkeypatch.setattr(ng, "kernel_w13", lambda w, half_order, activation: w)

@@ -22,6 +22,7 @@ row torch's re-quantization).
 """
 
 import dataclasses
+import types
 
 import numpy as np
 
@@ -82,9 +83,13 @@ def unsupported(config):
 
 
 def routing_config(config):
-    """The RoutingConfig the routing stage runs: the case's, with the layer's expert shard and the default tile."""
-    return dataclasses.replace(config.routing, local_expert_offset=config.local_expert_offset,
-                               local_num_experts=config.local_num_experts, tile_tokens_dim=None)
+    """The RoutingConfig the routing stage runs: the case's, with the layer's expert shard and the default tile (a
+    namespace of the same attributes where the configuration is one: a reproducer script's, without difftest)."""
+    shard = dict(local_expert_offset=config.local_expert_offset, local_num_experts=config.local_num_experts,
+                 tile_tokens_dim=None)
+    if dataclasses.is_dataclass(config.routing):
+        return dataclasses.replace(config.routing, **shard)
+    return types.SimpleNamespace(**{**vars(config.routing), **shard})
 
 
 def recipe_for(config):
