@@ -81,7 +81,7 @@ def not_applicable(recipe):
         return "no recipe declared: the reference is the float64 ideal, whose distance is the recipe's own error"
     if recipe.sigmoid != "exact":
         return f"sigmoid {recipe.sigmoid!r} is an approximation whose error may keep one sign"
-    if "mul_448_div_amax" in (recipe.act_quant_variant, recipe.requant_variant):
+    if {"mul_448_div_amax", "mul_mufu_rcp_scale"} & {recipe.act_quant_variant, recipe.requant_variant}:
         return "the quantizer's approximate reciprocal may keep one sign"
     if recipe.gemm_acc == "tensor_core":
         return "the tensor core's fp32 accumulator may round toward zero, so its errors may keep one sign"
