@@ -3,6 +3,7 @@ the campaign goes on searching for different failures; ``fuzz --known DIR`` trea
 as known; the summary counts distinct findings and the failing cases of each."""
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -296,7 +297,10 @@ def _kernel_said(fx):
 
     out = {k: np.array(v) for k, v in impl_spec.expected(fx.case, fx.inputs, fx.recipe).items()}
     c, name = fx.case.config, fx.id.rsplit("-", 1)[-1]
-    if name == "n_group_over_8":  # groups 8..15 never scored: the GPU repeats id 132 (results.md F1)
+    row = re.match(r"ids\[(\d+)\]=\[([\d, ]+)\]", fx.meta["observed"].get("message") or "")
+    if fx.case.op == "moe" and row:  # a layer's selection: the message gives the kernel's whole row
+        out["ids"][int(row[1])] = [int(e) for e in row[2].split(",")]
+    elif name == "n_group_over_8":  # groups 8..15 never scored: the GPU repeats id 132 (results.md F1)
         out["ids"][:] = 132
     elif name == "topk_group_over_4":  # experts from the 4 best groups only (MaxNumTopGroups)
         keys, gkeys, _, _ = compare.keys64(c, fx.inputs, fx.recipe)
