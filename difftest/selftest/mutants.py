@@ -173,7 +173,7 @@ CATALOGUE = (
         "routing",
         "shared_w = ordered_sum(w) / divisor",
         "shared_w = torch.ones_like(w[..., 0])",
-        "fused shared-expert convention (docs/semantics.md §1.5: weight = sum / rsf)",
+        "fused shared-expert convention (torch eager declares Σ/rsf, docs/semantics.md §1.5)",
         "fused shared experts get weight 1",
     ),
     M(
