@@ -52,6 +52,16 @@ TANH_APPROX_REL = 1.1127e-5
 MUFU_EX2_REL = 1.4585e-7
 MUFU_RCP_REL = 9.83e-8
 
+# torch's CPU sigmoid (Recipe.sigmoid "torch_cpu"): 1/(1 + exp(-x)) with ATen's SIMD exp (the scalar loop that
+# computes a tensor's tail: std::exp), not correctly rounded. Over every fp32 in [-105, 105] (tools/measure_sigmoid.py,
+# torch 2.13 CPU, AVX512; numbers and command in docs/semantics.md §1.8): |σ̃ − σ| ≤ 2.482·u·σ at every normal
+# result (2.48 ulps at x = -16.636, σ = 5.96e-8), monotone, and σ̃ = 0 from x = -88.72284 down, where
+# σ ≤ 2.94e-39 < 2^-127 (routing_underflow's flush allowance).
+TORCH_CPU_SIGMOID_REL = 2.5  # in units of u = 2^-24, rounded up from the measured 2.4817
+# torch's CUDA sigmoid (Recipe.sigmoid "torch_cuda"), the same measurement on an H200 (torch 2.11.0+cu130; every fp32
+# in [-105, 105], benchmarks/sigmoid/sigmoid_2.11.0_cu130_cuda.json): ≤ 3.5312·u·σ at normal results (3.43 ulps),
+# monotone, 0 from x = -88.72284 down as on the CPU.
+TORCH_CUDA_SIGMOID_REL = 3.6
 LAMBDA = 6.0
 U32, U64 = FP32.unit_roundoff, FP64.unit_roundoff
 HOPPER_U = 2.0**-13  # Hopper FP8 tensor-core accumulator: ~13 fraction bits, truncating (DeepSeek-V3 §3.3.2)
@@ -557,6 +567,12 @@ def _u_routing(fmt):
     return 0.0 if fmt == "fp32" else as_format(fmt).unit_roundoff
 
 
+def _half_subnormal(fmt):
+    """Half the min subnormal of a routing arithmetic format narrower than fp32: the absolute error of one store
+    there near 0 (fp16: 2^-25 ≈ 3e-8, below which a σ stored in fp16 is 0); 0 for fp32, whose min normal δ adds."""
+    return 0.0 if fmt == "fp32" else as_format(fmt).min_subnormal / 2
+
+
 def routing_key_delta(logits, scores, key_class, recipe, biased_keys=None):
     """δ [T], the uncertainty of one routing key per token: every key an implementation of `recipe` computes
     in fp32 from the exactly given logits [T, E] is within δ of the float64 ideal key (spec.routing.ideal_keys).
@@ -565,29 +581,33 @@ def routing_key_delta(logits, scores, key_class, recipe, biased_keys=None):
     c·u·|s| + fp32 min normal, c = 1 correctly rounded, C_EVAL for expf, plus 2|x|(1 − σ)·u·σ for fast-math
     __expf (exp="ex2"; spec.routing.exp_exponents), or (u + u_s)·σ + 0.5·TANH_APPROX_REL·|tanh(x/2)| + min normal
     for tanh.approx; a softmax (E + 2)·u·(1 + u_s) + u_s relatively (exp, E-term sum, divide) plus 3|x − max|·u
-    for exp="ex2"; u_s·|key| more where the scores are stored in recipe.routing_scores; a bias add
-    max(u, u_b)·|s + b| (recipe.routing_bias_add). δ is the largest over the token's experts (a NaN key ranks
-    last, exactly: 0)."""
+    for exp="ex2"; u_s·|key| + half the format's min subnormal more where the scores are stored in
+    recipe.routing_scores (fp16 stores σ < 2^-25 as 0); a bias add max(u, u_b)·|s + b| (+ half the min subnormal of
+    recipe.routing_bias_add). c = TORCH_CPU_SIGMOID_REL for "torch_cpu", TORCH_CUDA_SIGMOID_REL for "torch_cuda".
+    δ is the largest over the token's experts (a NaN key ranks last, exactly: 0)."""
     x = np.asarray(logits, np.float64)
     E = x.shape[1]
-    c_sigmoid = 1 if recipe.sigmoid == "exact" else C_EVAL
+    c_sigmoid = {"exact": 1, "torch_cpu": TORCH_CPU_SIGMOID_REL, "torch_cuda": TORCH_CUDA_SIGMOID_REL}.get(
+        recipe.sigmoid, C_EVAL)
     u_s = _u_routing(recipe.routing_scores)
+    tiny = _half_subnormal(recipe.routing_scores)
     if key_class == "raw":
         dkey = np.zeros_like(x)
     elif key_class == "softmax":
-        dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * scores + FP32.min_normal
+        dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * scores + FP32.min_normal + tiny
         if recipe.exp == "ex2":  # fl(x − max) and 2^fl(z·fl(log2 e)): e^z off by 3|z|·u
             with np.errstate(invalid="ignore"):
                 z = np.abs(x - x.max(axis=-1, keepdims=True))
             dkey = dkey + 3 * U32 * np.where(np.isfinite(z), z, 0.0) * scores
     elif key_class == "sigmoid":
-        dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * scores + FP32.min_normal
+        dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * scores + FP32.min_normal + tiny
         if recipe.exp == "ex2" and recipe.sigmoid == "expf":  # spec.routing.exp_exponents: σ off by 2|x|(1 − σ)·u
             dkey = dkey + 2 * U32 * np.where(np.isfinite(x), np.abs(x), 0.0) * (1 - scores) * scores
         if recipe.sigmoid == "tanh":  # tanh.approx.f32: η = 0.5·2^-11·|tanh(x/2)|
-            dkey = (U32 + u_s) * scores + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal
+            dkey = (U32 + u_s) * scores + 0.5 * TANH_APPROX_REL * np.abs(np.tanh(0.5 * x)) + FP32.min_normal + tiny
         if biased_keys is not None:
-            dkey = dkey + max(U32, _u_routing(recipe.routing_bias_add)) * np.abs(biased_keys)
+            dkey = (dkey + max(U32, _u_routing(recipe.routing_bias_add)) * np.abs(biased_keys)
+                    + _half_subnormal(recipe.routing_bias_add))
     else:
         raise ValueError(f"key_class={key_class!r} is not one of {routing.KEY_CLASSES}")
     return np.where(np.isnan(dkey), 0.0, dkey).max(axis=-1, initial=0.0)
@@ -595,11 +615,13 @@ def routing_key_delta(logits, scores, key_class, recipe, biased_keys=None):
 
 def routing_group_delta(group_keys, delta, summed, recipe):
     """gδ [T], the uncertainty of one group score: a group's max key δ; a top-2 sum (`summed`) 2δ + one
-    rounding of the sum, max(u, u_g)·|g| (recipe.routing_group_scores) at the token's largest |g|."""
+    rounding of the sum, max(u, u_g)·|g| (recipe.routing_group_scores) at the token's largest |g| (+ half the min
+    subnormal of a narrower format)."""
     if not summed:
         return delta
     gabs = np.where(np.isnan(group_keys), 0.0, np.abs(group_keys)).max(axis=-1)
-    return 2 * delta + max(U32, _u_routing(recipe.routing_group_scores)) * gabs
+    return (2 * delta + max(U32, _u_routing(recipe.routing_group_scores)) * gabs
+            + _half_subnormal(recipe.routing_group_scores))
 
 
 def routing_underflow(scores, score_kind, renormalized, recipe, num_experts, rsf=1.0, eps=0.0):
@@ -611,8 +633,9 @@ def routing_underflow(scores, score_kind, renormalized, recipe, num_experts, rsf
     Model: a correctly rounded fp32 operation gives fl(v) = v(1 + δ) + η, |δ| ≤ u, |η| ≤ η₀ = 2^-150 (half the
     subnormal spacing 2^-149), η ≠ 0 only when the result is subnormal; additions are exact there (η = 0). So:
     * a score s̃ = s(1 + δ) + e carries |e| ≤ η_s: sigmoid "exact" one rounding, η_s = η₀; softmax exp then a
-      divide by Σ ≥ 1 (the row maximum's term is 1), η_s = 2η₀; sigmoid "expf" flushes σ(x) to 0 wherever
-      expf(−x) overflows (x < −88.72, σ < 2.9e-39), so η_s = 2^-127 (> σ(−88.72) + η₀); raw logits η_s = 0.
+      divide by Σ ≥ 1 (the row maximum's term is 1), η_s = 2η₀; sigmoid "expf" (and "torch_cpu" / "torch_cuda",
+      measured: 0 below x = −88.7228) flushes σ(x) to 0 wherever expf(−x) overflows (x < −88.72, σ < 2.9e-39),
+      so η_s = 2^-127 (> σ(−88.72) + η₀); raw logits η_s = 0.
     * w = s·rsf: |e|·rsf + η₀ (the multiply).
     * w = s_i/(Σ_j s_j + eps)·rsf over k ids, D = Σ s + eps (ideal): the perturbed quotient
       rsf·(s_i + e_i)/(D' + Σ e_j), D' ≥ D(1 − γ) the relatively perturbed sum (γ of routing_weights),

@@ -8,7 +8,11 @@ implementation's precision. Format names are those of spec/numerics.py ("fp64", 
 
 from dataclasses import asdict, dataclass, replace
 
-SIGMOIDS = ("exact", "expf", "tanh")
+# σ (spec/routing.py _sigmoid): "exact" the float64 value rounded once; "expf" 1/(1 + fl(exp(-x))) in fp32, each step
+# rounded; "tanh" 0.5·tanhf(0.5x) + 0.5; "torch_cpu" / "torch_cuda" torch's CPU / CUDA kernel, the expf formula
+# with an exp that is not correctly rounded: within TORCH_CPU_SIGMOID_REL·u / TORCH_CUDA_SIGMOID_REL·u of σ at normal
+# results and 0 below x ≈ -88.72 (spec/bounds.py, measured by tools/measure_sigmoid.py over every fp32 in [-105, 105]).
+SIGMOIDS = ("exact", "expf", "tanh", "torch_cpu", "torch_cuda")
 EXPS = ("rn", "ex2")  # how exp is evaluated: correctly rounded, or CUDA fast-math __expf (spec/routing.py _exp)
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 # spec/quant.py per_token_group_quant_fp8: the three host formulations (correctly rounded operations, drawn by the
@@ -42,10 +46,18 @@ ROUTING_ARITHMETIC = ("fp32", "bf16", "fp16")  # routing_scores, routing_bias_ad
 # is selected first, the higher one, or no promise (torch.topk). difftest.checking.compare holds a declared rule
 # exactly.
 TIE_RULES = ("lower_index", "higher_index", "unspecified")
-# The weight of each fused shared expert (spec/routing.py _routing): "routed_sum_over_rsf" = Σ(routed weights)/rsf,
-# 1 whenever the routed weights were normalized to sum to rsf and 0 where they all vanish (SGLang's fused gate and
-# its torch path); "one" = exactly 1.0 whatever the routed weights (trtllm-gen's routingDeepSeek).
+# The weight of each fused shared expert (spec/routing.py _routing): "one" = exactly 1.0 whatever the routed weights
+# (the default: DeepSeek-V3's MoE adds the shared expert unweighted; trtllm-gen's routingDeepSeek writes 1.0);
+# "routed_sum_over_rsf" = Σ(routed weights)/rsf, 1 whenever the routed weights were normalized to sum to rsf and 0
+# where they all vanish (SGLang's fused gate and its torch path). The argument: docs/semantics.md §1.5.
 SHARED_WEIGHTS = ("routed_sum_over_rsf", "one")
+# Formats of the fields without a list of their own. Logits as the caller gives them (fp64: the ideal); the bias as an
+# implementation reads it (spec/routing.py bias_dtype); routing weights as written (FlashInfer's reference paths and
+# DeepSeek-V3's Gate write them in the logits' dtype); the layer's stores (gemm1_out ... out; fp64: the ideal).
+LOGIT_FORMATS = ("fp64", "fp32", "bf16", "fp16")
+BIAS_FORMATS = ("fp32", "bf16")
+ROUTING_WEIGHT_FORMATS = ("fp32", "bf16", "fp16")
+STORE_FORMATS = ("fp64", "fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -68,8 +80,8 @@ class Recipe:
     selection orders experts (and groups) whose keys are bit-identical: "lower_index" first (the spec's own rule,
     trtllm-gen, fused_topk_deepseek, mono_moe, moe_fused_gate), "higher_index" first, or "unspecified" (the
     default: torch.topk promises no tie order), where any order among them is accepted. ``shared_weight``
-    (SHARED_WEIGHTS) is the fused shared experts' weight: Σ(routed weights)/rsf or exactly 1.0; the two differ
-    only where every routed weight vanishes (all selected sigmoids underflow).
+    (SHARED_WEIGHTS) is the fused shared experts' weight: exactly 1.0 (default) or Σ(routed weights)/rsf; the two
+    differ where every routed weight vanishes (all selected sigmoids underflow) and without renormalization.
     Quantized paths: activations are quantized per token group with ``act_quant_variant`` /
     ``act_scale_formula``; GEMMs accumulate per ``gemm_acc`` (GEMM_ACCS; ``hopper_fp8``: the tensor core's truncating
     e8m13 accumulator inside each K block, spec.hopper.hopper_fp8_step, then promotion to fp32); the
@@ -128,12 +140,21 @@ class Recipe:
     out: str = "bf16"
     subnormals: str = "keep"
     tie_rule: str = "unspecified"
-    shared_weight: str = "routed_sum_over_rsf"
+    shared_weight: str = "one"
     weight_quant_variant: str = "div"
     weight_scale_formula: str = "div448"
 
     def __post_init__(self):
-        for field, allowed in (("sigmoid", SIGMOIDS), ("exp", EXPS), ("renorm_order", RENORM_ORDERS),
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Recipe.name={self.name!r} must be a non-empty string")
+        for flag in ("requant_intermediate", "gemm1_out_quant"):
+            if getattr(self, flag) not in (True, False):
+                raise ValueError(f"Recipe.{flag}={getattr(self, flag)!r} is not a bool")
+        for field, allowed in (("logits", LOGIT_FORMATS), ("bias", BIAS_FORMATS),
+                               ("routing_weights", ROUTING_WEIGHT_FORMATS), ("gemm1_out", STORE_FORMATS),
+                               ("act_compute", STORE_FORMATS), ("act_out", STORE_FORMATS),
+                               ("expert_out", STORE_FORMATS), ("combine", STORE_FORMATS), ("out", STORE_FORMATS),
+                               ("sigmoid", SIGMOIDS), ("exp", EXPS), ("renorm_order", RENORM_ORDERS),
                                ("act_quant_variant", ACT_QUANT_VARIANTS), ("requant_variant", QUANT_VARIANTS),
                                ("requant_group", REQUANT_GROUPS),
                                ("act_scale_formula", SCALE_FORMULAS),
@@ -147,7 +168,7 @@ class Recipe:
                                ("tie_rule", TIE_RULES), ("shared_weight", SHARED_WEIGHTS),
                                ("weight_quant_variant", QUANT_VARIANTS),
                                ("weight_scale_formula", SCALE_FORMULAS)):
-            if getattr(self, field) not in allowed:
+            if not isinstance(getattr(self, field), (str, int)) or getattr(self, field) not in allowed:
                 raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
 
     def to_dict(self):
@@ -276,7 +297,8 @@ TRTLLM_GEN_NOGEMM_AS_BUILT = tuple(r.but(name=r.name + "_grouped_as_built", bias
 # select_experts routes through moe_fused_gate (lower index) or the torch-native biased_grouped_topk (torch.topk).
 SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_variant="mul_rcp_amax",
                                  act_scale_formula="mul_rcp448", gemm_acc="hopper_fp8",
-                                 requant_variant="mul_rcp_amax", requant_scale_formula="mul_rcp448")
+                                 requant_variant="mul_rcp_amax", requant_scale_formula="mul_rcp448",
+                                 shared_weight="routed_sum_over_rsf")
 
 # SGLang's own CUDA kernels as sglang-kernel 0.4.4 ships them for SM90 (sgl_kernel/sm90/common_ops.abi3.so, built
 # with -use_fast_math; docs/sglang.md has the source and SASS reading). moe_fused_gate (csrc/moe/moe_fused_gate.cu),
@@ -285,19 +307,22 @@ SGLANG_TRITON_FP8_BLOCK = Recipe(name="sglang_triton_fp8_block", act_quant_varia
 # selected σ in fp32, summed in selection order in fp32, w·rcp(Σ), times rsf in double when it is applied. SGLang
 # calls it with the logits cast to fp32 and its fp32 correction bias (the fp32 row); the bf16 instantiation with the
 # bias cast to the logits' bf16 is the pre-fix path. CUDA stores flush subnormals.
-SGLANG_MOE_FUSED_GATE = Recipe(name="sglang_moe_fused_gate", sigmoid="expf", exp="ex2", subnormals="flush")
+SGLANG_MOE_FUSED_GATE = Recipe(name="sglang_moe_fused_gate", sigmoid="expf", exp="ex2", subnormals="flush",
+                               shared_weight="routed_sum_over_rsf")  # shared slots: output_sum / rsf
 SGLANG_MOE_FUSED_GATE_BF16 = SGLANG_MOE_FUSED_GATE.but(
     name="sglang_moe_fused_gate_bf16", logits="bf16", bias="bf16", routing_scores="bf16", routing_bias_add="bf16",
     routing_group_scores="bf16")
 # topk_softmax (csrc/moe/moe_topk_softmax_kernels.cu): fp32 softmax of the logits with __expf, Σ in fp32 (warp
 # butterfly or block reduce), p·rcp(Σ); top-k by iterated argmax, ties to the lower index; renormalize: w·rcp(Σ w).
-SGLANG_TOPK_SOFTMAX = Recipe(name="sglang_topk_softmax", exp="ex2", subnormals="flush")
+SGLANG_TOPK_SOFTMAX = Recipe(name="sglang_topk_softmax", exp="ex2", subnormals="flush",
+                             shared_weight="routed_sum_over_rsf")
 
 # The project's torch eager implementation (impls/torch_eager/recipe.py declares the same, per quant path;
 # tests/test_recipes.py holds the two equal): exact fp32 sigmoid, bf16 GEMM1/activation/expert stores, the
 # intermediate re-quantized 1×128 (1×32, 1×16 for mxfp8, nvfp4) from its bf16 value, router weight on GEMM2's
-# fp32 output, fp32 combine; ties to the lower index (a stable descending sort).
-TORCH_EAGER_FP8_BLOCK = Recipe(name="torch_eager_fp8_block", tie_rule="lower_index")
+# fp32 output, fp32 combine; ties to the lower index (a stable descending sort); fused shared experts Σ/rsf.
+TORCH_EAGER_FP8_BLOCK = Recipe(name="torch_eager_fp8_block", tie_rule="lower_index",
+                               shared_weight="routed_sum_over_rsf")
 TORCH_EAGER_BF16 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_bf16", requant_intermediate=False)
 TORCH_EAGER_MXFP8 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_mxfp8")
 TORCH_EAGER_NVFP4 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_nvfp4")
@@ -316,29 +341,40 @@ NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK
 
 
 # ---- Routing arithmetic of the reference torch paths (issue 19), written from their public sources. With fp32
-# logits every step is fp32; with bf16 logits σ is computed in bf16, the fp32 bias parameter promotes s + b to
-# fp32, and the weights (gathered from the bf16 s) are summed, divided and scaled in bf16. Layer fields keep
-# their defaults: these recipes describe routing only. Ties unspecified: each selects with torch.topk.
+# logits every step is fp32; with bf16 (fp16) logits σ is computed in bf16 (fp16), the fp32 bias parameter promotes
+# s + b to fp32, and the weights (gathered from the narrow s) are summed, divided and scaled in that dtype. Layer
+# fields keep their defaults: these recipes describe routing only. Ties unspecified: each selects with torch.topk.
+# Each calls torch's `.sigmoid()`, so σ is torch's ("torch_cpu", issue 36: measured on the CPU, where these paths run
+# in this project's tests and plug-ins; on CUDA, torch's kernel differs: tools/measure_sigmoid.py measures it).
 # DeepSeek-V3 inference/model.py Gate.forward: scores.sigmoid() in x's dtype, `scores + self.bias` (float32
 # parameter), group score amax without a bias, topk(2).sum with one; `weights /= weights.sum()`,
-# `weights *= route_scale`, returned `.type_as(x)` (bf16 weights for bf16 x). score_func "sigmoid" (deepseek_v3);
-# its softmax branch asks for float32 scores (deepseek_v2 with renormalize=False: routing_scores "fp32").
-DEEPSEEK_V3_GATE = Recipe(name="deepseek_v3_gate_fp32", group_score="top2_sum_if_biased")
+# `weights *= route_scale`, returned `.type_as(x)` (bf16 / fp16 weights for bf16 / fp16 x). score_func "sigmoid"
+# (deepseek_v3); its softmax branch asks for float32 scores (deepseek_v2 with renormalize=False: routing_scores
+# "fp32").
+DEEPSEEK_V3_GATE = Recipe(name="deepseek_v3_gate_fp32", sigmoid="torch_cpu", group_score="top2_sum_if_biased")
 DEEPSEEK_V3_GATE_BF16 = DEEPSEEK_V3_GATE.but(name="deepseek_v3_gate_bf16", logits="bf16", routing_scores="bf16",
                                              routing_renorm="bf16", routing_weights="bf16")
+DEEPSEEK_V3_GATE_FP16 = DEEPSEEK_V3_GATE.but(name="deepseek_v3_gate_fp16", logits="fp16", routing_scores="fp16",
+                                             routing_renorm="fp16", routing_weights="fp16")
 # SGLang python/sglang/srt/layers/moe/topk.py biased_grouped_topk_impl (torch-native): gating_output.sigmoid()
 # in the logits' dtype, + correction_bias (fp32), topk(2).sum group score, weights scores.gather(...) divided
 # by their sum in that dtype, returned .to(torch.float32). select_experts calls grouped_topk (group max) when
-# correction_bias is None, so its rule over both paths is top2_sum_if_biased.
-SGLANG_BIASED_GROUPED_TOPK = Recipe(name="sglang_biased_grouped_topk_fp32", group_score="top2_sum_if_biased")
+# correction_bias is None, so its rule over both paths is top2_sum_if_biased. Fused shared experts: Σ/rsf.
+SGLANG_BIASED_GROUPED_TOPK = Recipe(name="sglang_biased_grouped_topk_fp32", sigmoid="torch_cpu",
+                                    group_score="top2_sum_if_biased", shared_weight="routed_sum_over_rsf")
 SGLANG_BIASED_GROUPED_TOPK_BF16 = SGLANG_BIASED_GROUPED_TOPK.but(
     name="sglang_biased_grouped_topk_bf16", logits="bf16", routing_scores="bf16", routing_renorm="bf16")
+SGLANG_BIASED_GROUPED_TOPK_FP16 = SGLANG_BIASED_GROUPED_TOPK.but(
+    name="sglang_biased_grouped_topk_fp16", logits="fp16", routing_scores="fp16", routing_renorm="fp16")
 # vLLM vllm/model_executor/layers/fused_moe/router/grouped_topk_router.py grouped_topk (torch path):
 # softmax / sigmoid in the logits' dtype, + e_score_correction_bias (fp32) and topk(2).sum with a bias, .max
 # without; renormalize and `* routed_scaling_factor` on the gathered weights in that dtype; .to(torch.float32).
-VLLM_GROUPED_TOPK = Recipe(name="vllm_grouped_topk_fp32", group_score="top2_sum_if_biased")
+VLLM_GROUPED_TOPK = Recipe(name="vllm_grouped_topk_fp32", sigmoid="torch_cpu", group_score="top2_sum_if_biased")
 VLLM_GROUPED_TOPK_BF16 = VLLM_GROUPED_TOPK.but(name="vllm_grouped_topk_bf16", logits="bf16", routing_scores="bf16",
                                                routing_renorm="bf16")
-REFERENCE_ROUTING = (DEEPSEEK_V3_GATE, DEEPSEEK_V3_GATE_BF16, SGLANG_BIASED_GROUPED_TOPK,
-                     SGLANG_BIASED_GROUPED_TOPK_BF16, VLLM_GROUPED_TOPK, VLLM_GROUPED_TOPK_BF16)
+VLLM_GROUPED_TOPK_FP16 = VLLM_GROUPED_TOPK.but(name="vllm_grouped_topk_fp16", logits="fp16", routing_scores="fp16",
+                                               routing_renorm="fp16")
+REFERENCE_ROUTING = (DEEPSEEK_V3_GATE, DEEPSEEK_V3_GATE_BF16, DEEPSEEK_V3_GATE_FP16, SGLANG_BIASED_GROUPED_TOPK,
+                     SGLANG_BIASED_GROUPED_TOPK_BF16, SGLANG_BIASED_GROUPED_TOPK_FP16, VLLM_GROUPED_TOPK,
+                     VLLM_GROUPED_TOPK_BF16, VLLM_GROUPED_TOPK_FP16)
 NAMED.update({r.name: r for r in REFERENCE_ROUTING})

@@ -9,13 +9,13 @@ as fp32 (the bias first rounded to bf16 with ``bias_dtype="bf16"``, SGLang befor
 is the float64 exp rounded once to fp32; sums run left to right in selection order; divisions are true
 divisions. ``ideal=True`` evaluates the same formulas in float64 with no rounding after the given inputs:
 the recipe's rounding choices (``bias_dtype``, ``sigmoid``, ``weights_dtype``, ``renorm_order``) do not
-apply there. Sigmoid ``"exact"`` is the float64 value rounded once to fp32, hence 0 below
-x = -150 ln 2 ≈ -103.97; ``"expf"`` is 1/(1 + fl(exp(-x))) in fp32, which is 0 once exp(-x) overflows,
-below x ≈ -88.72; ``"tanh"`` is 0.5·fl(tanh(0.5x)) + 0.5 in fp32 (fused_topk_deepseek), 0 below
-x ≈ -18.02. When every selected sigmoid is 0 the renormalizing eps decides: 0/(0 + 0) = NaN,
-0/(0 + 1e-20) = 0. ``exp="ex2"`` evaluates the exponentials of "expf" and of the softmax as CUDA's fast-math
-``__expf``: 2^fl(x·fl(log2 e)), the power of two of the rounded argument rounded once to fp32 (MUFU.EX2 is within
-2 ulps of that; the rounded argument moves e^x by up to 2|x|·u, which ``exp_exponents`` bounds).
+apply there. Sigmoid ``"exact"`` is the float64 value rounded once to fp32, hence 0 below x = -150 ln 2 ≈ -103.97;
+``"expf"`` is 1/(1 + fl(exp(-x))) in fp32, which is 0 once exp(-x) overflows, below x ≈ -88.72 (``"torch_cpu"`` /
+``"torch_cuda"``, torch's sigmoid, is evaluated by the same formula); ``"tanh"`` is 0.5·fl(tanh(0.5x)) + 0.5 in fp32
+(fused_topk_deepseek), 0 below x ≈ -18.02. When every selected sigmoid is 0 the renormalizing eps decides:
+0/(0 + 0) = NaN, 0/(0 + 1e-20) = 0. ``exp="ex2"`` evaluates the exponentials of "expf" and of the softmax as CUDA's
+fast-math ``__expf``: 2^fl(x·fl(log2 e)), the power of two of the rounded argument rounded once to fp32 (MUFU.EX2
+is within 2 ulps of that; the rounded argument moves e^x by up to 2|x|·u, which ``exp_exponents`` bounds).
 
 Routing arithmetic. ``scores_dtype`` stores σ / softmax (evaluated as above, then rounded), ``bias_add_dtype``
 s + b, ``group_scores_dtype`` a top-2 group sum, ``renorm_dtype`` each of Σw (the fp32 left-to-right sum
@@ -53,9 +53,9 @@ inside ``renormalize`` and otherwise in the combine. ``renormalize`` is read by 
 and sigmoid_renorm (FlashInfer's always-normalizing DeepSeekV3 kernels are ``renormalize=True``); every
 other method's normalization is fixed by its name, and ``eps`` is read wherever a method renormalizes
 (FlashInfer's sigmoid_renorm and minimax2 kernels use eps = 1e-20). Fused shared experts: S extra columns
-with ids E, E+1, ..., E+S-1 and weight Σ(routed weights)/rsf (``shared_weight="routed_sum_over_rsf"``: SGLang's
-fused gate; its torch path draws the shared id at random) or exactly 1 (``"one"``: trtllm-gen); they differ only
-where every routed weight vanishes.
+with ids E, E+1, ..., E+S-1 and weight exactly 1 (``shared_weight="one"``, the default: DeepSeek-V3's model,
+trtllm-gen) or Σ(routed weights)/rsf (``"routed_sum_over_rsf"``: SGLang's fused gate; its torch path draws the shared
+id at random); they differ where every routed weight vanishes and without renormalization (docs/semantics.md §1.5).
 """
 
 from collections.abc import Callable
@@ -64,9 +64,17 @@ from typing import NamedTuple
 import numpy as np
 
 from spec.numerics import round_to
-from spec.recipes import EXPS, GROUP_SCORES, RENORM_ORDERS, ROUTING_ARITHMETIC, SHARED_WEIGHTS, SIGMOIDS
+from spec.recipes import (
+    BIAS_FORMATS,
+    EXPS,
+    GROUP_SCORES,
+    RENORM_ORDERS,
+    ROUTING_ARITHMETIC,
+    ROUTING_WEIGHT_FORMATS,
+    SHARED_WEIGHTS,
+    SIGMOIDS,
+)
 
-ROUTED_DTYPES = ("fp32", "bf16")  # allowed bias_dtype and weights_dtype
 KEY_CLASSES = ("raw", "softmax", "sigmoid")  # what a method ranks: the logits, a softmax over all E, σ(x) (+ bias)
 SCORES = ("raw", "softmax", "sigmoid", "softmax_of_selected")  # what its weights are made of (before normalizing)
 NORMALIZATIONS = ("none", "always", "if_renormalize")  # selected scores over their sum (+ eps): never, always, per flag
@@ -105,7 +113,7 @@ class _Options(NamedTuple):
     bias_add_dtype: str = "fp32"
     group_scores_dtype: str = "fp32"
     renorm_dtype: str = "fp32"
-    shared_weight: str = "routed_sum_over_rsf"
+    shared_weight: str = "one"
     ideal: bool = False
     ids: np.ndarray | None = None
 
@@ -158,10 +166,10 @@ def _check_options(method, o, num_experts):
         _require(ids.size == 0 or (ids.min() >= 0 and ids.max() < E), f"forced ids must lie in [0, {E})")
         _require(k == 1 or not (np.diff(np.sort(ids, axis=1), axis=1) == 0).any(),
                  "forced ids must be distinct within a token")
-    for name, value, allowed in (("bias_dtype", o.bias_dtype, ROUTED_DTYPES),
+    for name, value, allowed in (("bias_dtype", o.bias_dtype, BIAS_FORMATS),
                                  ("sigmoid", o.sigmoid, SIGMOIDS),
                                  ("exp", o.exp, EXPS),
-                                 ("weights_dtype", o.weights_dtype, ROUTED_DTYPES),
+                                 ("weights_dtype", o.weights_dtype, ROUTING_WEIGHT_FORMATS),
                                  ("renorm_order", o.renorm_order, RENORM_ORDERS),
                                  ("group_score", o.group_score, GROUP_SCORES),
                                  ("scores_dtype", o.scores_dtype, ROUTING_ARITHMETIC),
@@ -222,8 +230,9 @@ def _exp(x, dtype, how="rn"):
 
 def _sigmoid(x, o):
     """σ(x) = 1/(1 + exp(-x)); "exact": the float64 value rounded once; "expf": exp, sum and quotient each
-    rounded to fp32; "tanh": 0.5·t + 0.5, t = tanhf(0.5x) modelled correctly rounded (fp32 0.5x and 0.5t are
-    exact), so σ = 0 exactly once t rounds to -1: x < -26·ln 2 ≈ -18.02."""
+    rounded to fp32; "torch_cpu", "torch_cuda": the same formula (torch's exp is not correctly rounded:
+    bounds.TORCH_CPU_SIGMOID_REL, TORCH_CUDA_SIGMOID_REL); "tanh": 0.5·t + 0.5, t = tanhf(0.5x) modelled correctly
+    rounded (fp32 0.5x and 0.5t are exact), so σ = 0 exactly once t rounds to -1: x < -26·ln 2 ≈ -18.02."""
     if o.ideal or o.sigmoid == "exact":
         return _at((1 / (1 + np.exp(-x.astype(np.float64)))).astype(o.dtype), o.scores_dtype, o)
     one, half = o.dtype(1), o.dtype(0.5)
@@ -492,7 +501,7 @@ def route(logits, bias=None, *, method, **options):
     routed_scaling_factor=None, renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=-inf,
     bias_dtype="fp32", sigmoid="exact", exp="rn", weights_dtype="fp32", renorm_order="divide_then_scale",
     group_score="method", scores_dtype="fp32", bias_add_dtype="fp32", group_scores_dtype="fp32",
-    renorm_dtype="fp32", shared_weight="routed_sum_over_rsf", ideal=False, ids=None (forced routed ids
+    renorm_dtype="fp32", shared_weight="one", ideal=False, ids=None (forced routed ids
     [T, top_k])."""
     _require(method in METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
     return METHODS[method].function(logits, bias, **options)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from difftest.artifacts import fixtures
@@ -101,4 +102,26 @@ def test_bf16_arithmetic_plugin_is_fp32_exact_on_fp32_logits(bias):
     from difftest.checking import check
 
     r = check.run_case(interface.load(f"{BF16_EXAMPLE}:UNDECLARED"), _bf16_case(bias, "normal", 0, "fp32"))
+    assert r.status == "pass", r.message
+
+
+# issue 36: the example computes σ with torch's `.sigmoid()` (vLLM grouped_topk's torch path), so it passes only under
+# a recipe that declares torch's sigmoid ("torch_cpu"): its underflow below -88.72, its merged near-ties, T = 0.
+ISSUE_36 = [
+    (dict(num_tokens=1, num_experts=1, top_k=1, renormalize=False), [[-100.80398559570312]], "fp32"),
+    (dict(num_tokens=1, num_experts=6, top_k=1, n_group=2, topk_group=1),
+     [[0.5078125, 0.5078128576278687, 0.5078125, 0.5078125, 0.5078128576278687, 0.5078127384185791]], "fp32"),
+    (dict(num_tokens=1, num_experts=2, top_k=1, renormalize=False), [[-26.0, -30.0]], "fp16"),
+    (dict(num_tokens=0, num_experts=8, top_k=2, n_group=4, topk_group=2), np.zeros((0, 8)), "bf16"),
+]
+
+
+@pytest.mark.parametrize("sizes,logits,dtype", ISSUE_36, ids=["underflow", "merged_tie", "fp16_underflow", "T0"])
+def test_bf16_arithmetic_plugin_passes_issue_36_cases(sizes, logits, dtype):
+    from difftest.checking import check
+    from difftest.model.case import Case, RoutingConfig
+
+    case = Case("routing", RoutingConfig(method="deepseek_v3", logits_dtype=dtype, **sizes), "normal", 0)
+    r = check.run_case(interface.load(f"{BF16_EXAMPLE}:GROUPED_TOPK_BF16"), case,
+                       {"logits": np.asarray(logits, np.float32)})
     assert r.status == "pass", r.message

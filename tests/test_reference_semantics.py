@@ -207,3 +207,164 @@ def test_r02_reversed_ties_differ_from_the_spec():
     own = impl_spec.route(case.config, inputs, None).ids
     other = REVERSED_TIES.run(case, inputs)["ids"]
     assert (np.sort(own, 1) != np.sort(other, 1)).any()
+
+
+# ---- 6. torch's sigmoid in the reference paths (issue 36): Recipe.sigmoid "torch_cpu"
+
+
+def deepseek_gate(logits, *, top_k, n_group=1, topk_group=1, route_scale=1.0, renormalize=True):
+    """The routing of deepseek-ai/DeepSeek-V3 inference/model.py Gate.forward (score_func "sigmoid", no bias),
+    written from its semantics: scores = logits.sigmoid() in the logits' dtype; groups scored by their amax;
+    torch.topk of groups, then of experts; weights gathered, divided by their sum, times route_scale, returned
+    `.type_as(x)`. (weights as float32, ids)."""
+    import torch
+
+    s = logits.sigmoid()
+    T, E = s.shape
+    if n_group > 1:
+        groups = s.view(T, n_group, E // n_group).amax(dim=-1).topk(topk_group, dim=-1).indices
+        kept = torch.zeros(T, n_group, dtype=torch.bool).scatter_(1, groups, True)
+        s_sel = s.masked_fill(~kept.repeat_interleave(E // n_group, dim=1), 0.0)
+    else:
+        s_sel = s
+    ids = s_sel.topk(top_k, dim=-1).indices
+    w = s.gather(1, ids)
+    if renormalize:
+        w = w / w.sum(dim=-1, keepdim=True)
+    return (w * route_scale).to(logits.dtype).float().numpy(), ids.int().numpy()
+
+
+def _against(config, x, recipe, ids, w):
+    case = Case("routing", config, "normal", 0)
+    inputs = {"logits": np.asarray(x, np.float32)}
+    return compare.compare_routing(case, inputs, {"ids": ids, "weights": w}, recipe, "reference")
+
+
+def test_torch_sigmoid_underflow_passes_under_the_gate_recipe():
+    """Gate.forward's `scores.sigmoid()` on the CPU is 0 below x ≈ -88.72 (1/(1 + exp(-x)), exp overflowing;
+    docs/semantics.md §1.8): logit -100.80398559570312 gets weight 0 where the correctly rounded σ is 1.68e-44.
+    Its recipe (sigmoid "torch_cpu") accepts it; "exact" rejects that 0."""
+    import torch
+
+    config = RoutingConfig(method="deepseek_v3", num_tokens=1, num_experts=1, top_k=1, renormalize=False)
+    x = [[-100.80398559570312]]
+    w, ids = deepseek_gate(torch.tensor(x), top_k=1, renormalize=False)
+    assert w[0, 0] == 0 and ids[0, 0] == 0
+    assert _against(config, x, recipes.DEEPSEEK_V3_GATE, ids, w).ok
+    v = _against(config, x, recipes.DEEPSEEK_V3_GATE.but(sigmoid="exact"), ids, w)
+    assert not v.ok and "spec=1.68156e-44" in v.message
+
+
+SIGMOID_MEASURED = {"torch_cpu": "sigmoid_2.13.0_cpu_cpu_vector_cpu_scalar.json",
+                    "torch_cuda": "sigmoid_2.11.0_cu130_cuda.json"}
+
+
+@pytest.mark.parametrize("sigmoid", sorted(SIGMOID_MEASURED))
+def test_torch_sigmoid_model_covers_its_measurement(sigmoid):
+    """The δ of sigmoid "torch_cpu" / "torch_cuda" holds the worst error tools/measure_sigmoid.py recorded over every
+    fp32 in [-105, 105] (benchmarks/sigmoid/), the flush below -88.72 stays under routing_underflow's 2^-127, and
+    torch's σ is monotone there; on this CPU, torch's σ at the recorded worst x is within δ of σ."""
+    import torch
+
+    from spec import bounds
+
+    measured = json.loads((ROOT / "benchmarks" / "sigmoid" / SIGMOID_MEASURED[sigmoid]).read_text())
+    recipe = recipes.Recipe(name="m", sigmoid=sigmoid)
+    for path in measured["paths"].values():
+        m = path["fp32"]
+        worst = m["at_max_relative_error"]
+        delta = bounds.routing_key_delta(np.array([[worst["x"]]]), np.array([[worst["true"]]]), "sigmoid", recipe)
+        assert abs(worst["torch"] - worst["true"]) <= delta[0]
+        assert m["max_relative_error_in_u_at_normal_results"] <= {"torch_cpu": bounds.TORCH_CPU_SIGMOID_REL,
+                                                                   "torch_cuda": bounds.TORCH_CUDA_SIGMOID_REL}[sigmoid]
+        assert m["largest_true_sigma_flushed_to_zero"] < 2.0**-127 and m["nonmonotone_steps"] == 0
+    if sigmoid == "torch_cpu":
+        x = np.float32(worst["x"])
+        got, true = float(torch.tensor([x]).sigmoid()), 1 / (1 + np.exp(-np.float64(x)))
+        assert abs(got - true) <= bounds.routing_key_delta(np.array([[x]]), np.array([[true]]), "sigmoid", recipe)[0]
+
+
+# issue 36: six logits within 6 fp32 ulps of 0.5078125; torch's σ maps all six to 0.6242935657501221, the correctly
+# rounded σ keeps 1 and 4 one ulp above 0, 2 and 3.
+TIED = [[0.5078125, 0.5078128576278687, 0.5078125, 0.5078125, 0.5078128576278687, 0.5078127384185791]]
+
+
+def test_torch_sigmoid_ties_pass_under_the_gate_recipe():
+    """Gate.forward with n_group 2, topk_group 1, k 1, no bias: torch's σ makes the six keys equal, so torch.topk
+    may return any of them (it returns expert 2 in torch 2.13); every one is valid under sigmoid "torch_cpu",
+    whose δ carries torch's measured 2.48u; under "exact", experts 0, 2 and 3 lie beyond 2δ."""
+    import torch
+
+    config = RoutingConfig(method="deepseek_v3", num_tokens=1, num_experts=6, top_k=1, n_group=2, topk_group=1)
+    s = torch.tensor(TIED).sigmoid()
+    assert (s == s[0, 0]).all() and float(s[0, 0]) == 0.6242935657501221
+    w, ids = deepseek_gate(torch.tensor(TIED), top_k=1, n_group=2, topk_group=1)
+    assert _against(config, TIED, recipes.DEEPSEEK_V3_GATE, ids, w).ok
+    for e in range(6):
+        assert _against(config, TIED, recipes.DEEPSEEK_V3_GATE, np.array([[e]]), w).ok, e
+    v = _against(config, TIED, recipes.DEEPSEEK_V3_GATE.but(sigmoid="exact"), np.array([[2]]), w)
+    assert not v.ok and "ids[0]=[2] but spec=[1]" in v.message
+
+
+def test_fp16_sigmoid_underflow_is_a_tie_under_the_fp16_gate_recipe():
+    """Gate.forward on fp16 logits: σ in fp16 is 0 below 2^-25 ≈ 3e-8, so logits [-26, -30] give σ = [0, 0], a
+    tie; weights `.type_as(x)` are fp16 (Recipe routing_weights "fp16"). Both ids pass under deepseek_v3_gate_fp16,
+    whose δ adds fp16's half min subnormal; without it (scores in fp32) id 1 is rejected."""
+    import torch
+
+    config = RoutingConfig(method="deepseek_v3", num_tokens=1, num_experts=2, top_k=1, renormalize=False,
+                           logits_dtype="fp16")
+    x = [[-26.0, -30.0]]
+    assert torch.tensor(x, dtype=torch.float16).sigmoid().tolist() == [[0.0, 0.0]]
+    w, _ = deepseek_gate(torch.tensor(x, dtype=torch.float16), top_k=1, renormalize=False)
+    for e in (0, 1):
+        assert _against(config, x, recipes.DEEPSEEK_V3_GATE_FP16, np.array([[e]]), w).ok, e
+    v = _against(config, x, recipes.DEEPSEEK_V3_GATE_FP16.but(routing_scores="fp32"), np.array([[1]]), w)
+    assert not v.ok and "expert 0" in v.message
+
+
+def test_fp16_routing_weights_are_written_in_fp16():
+    """Recipe(routing_weights="fp16") is routable: the spec and torch eager both write the weights in fp16, and
+    the comparison holds an fp32 write of the same weights to fp16's bound (it passes) but not a weight off by
+    ten fp16 ulps."""
+    import torch
+
+    from impls.torch_eager import route as te_route
+
+    x = np.array([[0.3, -1.2, 2.0, 0.7]], np.float32)
+    r = route(x, method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5, weights_dtype="fp16")
+    np.testing.assert_array_equal(r.weights, r.weights.astype(np.float16).astype(np.float32))
+    ids, w = te_route(torch.from_numpy(x), method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5,
+                      weights_dtype="fp16")
+    np.testing.assert_array_equal(w.numpy(), r.weights)
+    config = RoutingConfig(method="sigmoid_renorm", num_tokens=1, num_experts=4, top_k=2, routed_scaling_factor=2.5)
+    fp16 = recipes.Recipe(name="fp16_weights", routing_weights="fp16")
+    exact = route(x, method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5).weights
+    assert _against(config, x, fp16, r.ids, exact).ok
+    off = r.weights.copy()
+    off[0, 0] += 10 * np.spacing(np.float16(off[0, 0]))
+    assert not _against(config, x, fp16, r.ids, off).ok
+
+
+# ---- 7. the fused shared expert's weight where every routed weight vanishes (issue 36 item 4)
+
+
+def test_shared_expert_weighs_one_by_default_where_routed_weights_vanish():
+    """Decided (docs/semantics.md §1.5): a fused shared expert weighs exactly 1 by default, as DeepSeek-V3
+    inference/model.py MoE.forward adds `self.shared_experts(x)` unweighted (`y + z`) and trtllm-gen's
+    routingDeepSeek writes 1.0; SGLang's fused gate and torch path (Σ routed / rsf) declare "routed_sum_over_rsf".
+    Logits below -104 make every fp32 σ 0, so with eps = 1e-20 the routed weights are 0: the default keeps the
+    shared expert at 1, Σ/rsf drops it to 0. Where the routed weights sum to rsf both give 1."""
+    dead = np.full((1, 8), -120.0, np.float32)
+    kw = dict(method="deepseek_v3", top_k=2, n_group=4, topk_group=2, routed_scaling_factor=2.5, eps=1e-20,
+              num_fused_shared_experts=1)
+    assert recipes.DEFAULT.shared_weight == recipes.Recipe(name="x").shared_weight == "one"
+    assert route(dead, np.zeros(8, np.float32), **kw).weights.tolist() == [[0.0, 0.0, 1.0]]
+    summed = route(dead, np.zeros(8, np.float32), **kw, shared_weight="routed_sum_over_rsf")
+    assert summed.weights.tolist() == [[0.0, 0.0, 0.0]]
+    live = np.linspace(-1, 1, 8, dtype=np.float32)[None]
+    for rule in ("one", "routed_sum_over_rsf"):
+        assert route(live, np.zeros(8, np.float32), **kw, shared_weight=rule).weights[0, 2] == np.float32(1.0)
+    for r in (recipes.SGLANG_MOE_FUSED_GATE, recipes.SGLANG_BIASED_GROUPED_TOPK, recipes.SGLANG_TRITON_FP8_BLOCK):
+        assert r.shared_weight == "routed_sum_over_rsf", r.name
+    assert recipes.TRTLLM_GEN_ROUTING.shared_weight == recipes.DEEPSEEK_V3_GATE.shared_weight == "one"

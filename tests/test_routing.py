@@ -388,9 +388,12 @@ def test_fused_shared_experts():
                             num_fused_shared_experts=2)
     np.testing.assert_array_equal(r.ids, [[2, 6, 8, 9]])
     np.testing.assert_allclose(r.weights[:, 2:], [[1.0, 1.0]], rtol=HAND_RTOL)
-    # unnormalized: Σ of 0.4, 0.3 over rsf None (= 1) = 0.7
-    r = routing.default(token(*[math.log(i) for i in (1, 2, 3, 4)]), top_k=2, num_fused_shared_experts=1)
+    # unnormalized: 1 by default (shared_weight "one"); Σ of 0.4, 0.3 over rsf None (= 1) = 0.7 with Σ/rsf
+    x = token(*[math.log(i) for i in (1, 2, 3, 4)])
+    r = routing.default(x, top_k=2, num_fused_shared_experts=1)
     np.testing.assert_array_equal(r.ids, [[3, 2, 4]])
+    np.testing.assert_allclose(r.weights, [[0.4, 0.3, 1.0]], rtol=HAND_RTOL)
+    r = routing.default(x, top_k=2, num_fused_shared_experts=1, shared_weight="routed_sum_over_rsf")
     np.testing.assert_allclose(r.weights, [[0.4, 0.3, 0.7]], rtol=HAND_RTOL)
 
 

@@ -415,10 +415,11 @@ def test_layer_exact_against_dense_float64(activation, rsf_placement):
     top = torch.sort(logits, dim=1, descending=True).indices[:, :2]  # distinct powers of two: no ties
     assert torch.equal(res.ids[:, :2].long(), top) and (res.ids[:, 2] == 8).all()
     wt = logits.gather(1, top).double()
+    one = torch.ones_like(wt[:, :1])  # the shared expert counts once (shared_weight "one", the default)
     if rsf_placement == "routing":
-        w, rsf_combine = torch.cat([wt * 2, wt.sum(1, keepdim=True)], 1), 1.0  # shared: sum(2w) / 2
+        w, rsf_combine = torch.cat([wt * 2, one], 1), 1.0
     else:
-        w, rsf_combine = torch.cat([wt, wt.sum(1, keepdim=True) / 2], 1), 2.0
+        w, rsf_combine = torch.cat([wt, one / 2], 1), 2.0
     ref = dense_reference(x, w13, w2, res.ids, w, activation, rsf_combine=rsf_combine)
     assert torch.equal(res.out.double(), ref)
 

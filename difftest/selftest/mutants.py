@@ -173,7 +173,7 @@ CATALOGUE = (
         "routing",
         "shared_w = ordered_sum(w) / divisor",
         "shared_w = torch.ones_like(w[..., 0])",
-        "fused shared-expert convention (docs/semantics.md §1.5: weight = sum / rsf)",
+        "fused shared-expert convention (torch eager declares Σ/rsf, docs/semantics.md §1.5)",
         "fused shared experts get weight 1",
     ),
     M(
@@ -444,8 +444,8 @@ WIDTH = (
     M(
         "router_weights_bf16",
         "layer",
-        'if weights_dtype == "bf16":\n',
-        "if True:\n",
+        "    return ids, w.to(WEIGHT_DTYPES[weights_dtype]).float(), S, rsf\n",
+        "    return ids, w.to(torch.bfloat16).float(), S, rsf\n",
         "issue 21: bf16 router weights where the recipe declares fp32",
         "router weights rounded to bf16 although the recipe declares fp32",
     ),

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from . import quant as Q
-from .routing import append_shared, route
+from .routing import WEIGHT_DTYPES, append_shared, route
 
 QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh", "relu2", "silu", "gelu", "identity")
@@ -175,22 +175,26 @@ def check_layer(hidden, logits, *, activation, half_order, quant, local_expert_o
 
 
 def layer_routing(logits, bias, routing, rsf_placement, ids):
-    """Routing for the layer: rsf folded into the weights ("routing") or left for the combine ("combine")."""
+    """Routing for the layer: rsf folded into the weights ("routing") or left for the combine ("combine"). Fused
+    shared experts count once after the combine: weight 1 ("one") or sum(routed w) / rsf, either over rsf where
+    the combine multiplies by rsf (sum(routed w) holds no rsf there, so that one is 1/rsf already)."""
     r = dict(routing)
     S = r.pop("num_fused_shared_experts", 0)
     weights_dtype = r.pop("weights_dtype", "fp32")
+    shared_weight = r.pop("shared_weight", "one")
     rsf = r.get("routed_scaling_factor")
     if rsf_placement == "combine":
         r["routed_scaling_factor"] = None
-    if S < 0 or weights_dtype not in ("fp32", "bf16"):
+    if S < 0 or weights_dtype not in WEIGHT_DTYPES:
         raise ValueError(f"num_fused_shared_experts={S} must be >= 0 and weights_dtype={weights_dtype!r} "
-                         "one of ('fp32', 'bf16')")
+                         f"one of {tuple(WEIGHT_DTYPES)}")
     forced = None if ids is None else ids[:, :r["top_k"]]
     routed_ids, w = route(logits, bias, **r, ids=forced)
-    ids, w = append_shared(routed_ids, w, logits.shape[1], S, rsf)
-    if weights_dtype == "bf16":
-        w = w.to(torch.bfloat16).float()
-    return ids, w, S, rsf
+    ids, w = append_shared(routed_ids, w, logits.shape[1], S, rsf, shared_weight)
+    if shared_weight == "one" and rsf_placement == "combine" and rsf is not None and S:
+        k = routed_ids.shape[1]
+        w = torch.cat([w[:, :k], w[:, k:] / torch.tensor(rsf, dtype=w.dtype, device=w.device)], dim=1)
+    return ids, w.to(WEIGHT_DTYPES[weights_dtype]).float(), S, rsf
 
 
 def moe_layer(hidden, logits, bias, weights, *, routing, activation, half_order="gate_up", quant="bf16",

@@ -24,6 +24,7 @@ BIASED = ("deepseek_v3", "minimax2")
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 GROUP_SCORES = ("method", "top2_sum", "max", "top2_sum_if_biased")
 SHARED_WEIGHTS = ("routed_sum_over_rsf", "one")
+WEIGHT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # weights_dtype: the write
 
 
 def sigmoid(logits):
@@ -140,9 +141,9 @@ def selected_weights(method, logits, scores, ids, *, renormalize, eps, rsf, reno
     return w if rsf is None else w * rsf
 
 
-def append_shared(ids, w, num_experts, num_shared, rsf, shared_weight="routed_sum_over_rsf"):
-    """Fused shared experts: ids E..E+S-1 and weight sum(routed w) / rsf (rsf None -> 1), or 1.0 with
-    shared_weight "one", appended."""
+def append_shared(ids, w, num_experts, num_shared, rsf, shared_weight="one"):
+    """Fused shared experts: ids E..E+S-1 and weight 1.0 (shared_weight "one"), or sum(routed w) / rsf (rsf None
+    -> 1) with "routed_sum_over_rsf", appended."""
     if num_shared == 0:
         return ids, w
     T = ids.shape[0]
@@ -158,7 +159,7 @@ def append_shared(ids, w, num_experts, num_shared, rsf, shared_weight="routed_su
 
 def check_routing(logits, bias, *, method, top_k, n_group, topk_group, routed_scaling_factor, eps,
                   num_fused_shared_experts, bias_dtype, weights_dtype, renorm_order, group_score="method",
-                  shared_weight="routed_sum_over_rsf"):
+                  shared_weight="one"):
     """Raise ValueError naming the first violated constraint."""
     if method not in ROUTING_METHODS:
         raise ValueError(f"method {method!r} is not one of {ROUTING_METHODS}")
@@ -189,8 +190,8 @@ def check_routing(logits, bias, *, method, top_k, n_group, topk_group, routed_sc
         raise ValueError(f"num_fused_shared_experts must be >= 0, got {num_fused_shared_experts}")
     if bias_dtype not in ("fp32", "bf16"):
         raise ValueError(f"bias_dtype must be 'fp32' or 'bf16', got {bias_dtype!r}")
-    if weights_dtype not in ("fp32", "bf16"):
-        raise ValueError(f"weights_dtype must be 'fp32' or 'bf16', got {weights_dtype!r}")
+    if weights_dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"weights_dtype {weights_dtype!r} is not one of {tuple(WEIGHT_DTYPES)}")
     if group_score not in GROUP_SCORES:
         raise ValueError(f"group_score {group_score!r} is not one of {GROUP_SCORES}")
     if renorm_order not in RENORM_ORDERS:
@@ -212,15 +213,16 @@ def check_forced_ids(ids, num_tokens, top_k, num_experts):
 def route(logits, bias=None, *, method, top_k, n_group=1, topk_group=1, routed_scaling_factor=None,
           renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=float("-inf"),
           bias_dtype="fp32", weights_dtype="fp32", renorm_order="divide_then_scale", group_score="method",
-          shared_weight="routed_sum_over_rsf", ids=None):
+          shared_weight="one", ids=None):
     """Route tokens: (ids int32 [T, k + S], weights float32 [T, k + S]).
 
     ``renormalize`` applies to deepseek_v3, deepseek_v2 and sigmoid_renorm (norm_topk_prob); renormalize,
     renormalize_naive and minimax2 always normalize, the rest never do. rsf, when given, multiplies the
     weights of every method (after normalizing, or before the divide with "scale_then_divide").
-    ``bias_dtype="bf16"`` rounds the bias to bf16 first; ``weights_dtype="bf16"`` rounds the final weights.
-    ``group_score`` picks the grouped methods' group rule (module docstring). Fused shared experts weigh
-    sum(routed w) / rsf, or exactly 1.0 with ``shared_weight="one"`` (trtllm-gen).
+    ``bias_dtype="bf16"`` rounds the bias to bf16 first; ``weights_dtype="bf16"`` / ``"fp16"`` rounds the final
+    weights. ``group_score`` picks the grouped methods' group rule (module docstring). Fused shared experts weigh
+    exactly 1.0 (``shared_weight="one"``, DeepSeek-V3's unweighted shared expert), or sum(routed w) / rsf
+    (``"routed_sum_over_rsf"``, SGLang).
     ``ids`` [T, k] (routed ids only) replaces the selection; weights are then gathered at those ids.
     """
     check_routing(logits, bias, method=method, top_k=top_k, n_group=n_group, topk_group=topk_group,
@@ -240,9 +242,7 @@ def route(logits, bias=None, *, method, top_k, n_group=1, topk_group=1, routed_s
     w = selected_weights(method, logits, scores, ids, renormalize=renormalize, eps=eps,
                          rsf=routed_scaling_factor, renorm_order=renorm_order)
     ids, w = append_shared(ids, w, E, num_fused_shared_experts, routed_scaling_factor, shared_weight)
-    if weights_dtype == "bf16":
-        w = w.to(torch.bfloat16).float()
-    return ids.to(torch.int32), w
+    return ids.to(torch.int32), w.to(WEIGHT_DTYPES[weights_dtype]).float()
 
 
 def expert_permutation(ids, *, num_experts, tile_tokens_dim, local_expert_offset=0, local_num_experts=None,
