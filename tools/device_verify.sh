@@ -5,7 +5,8 @@
 # beyond the tree lies in .carry/ (ignored; docs/gpu.md, "One-call verification", says how to make it):
 #   flashinfer.tar.xz   flashinfer-python 0.7.2.post1 unpacked, less __pycache__ and the csrc these kernels do not build
 #   apache_tvm_ffi-*.whl, cubin/ (the trtllmGen_bmm_export headers), prebuilt/ (the sm_90a trtllm-gen modules)
-# Steps, most valuable first, each under its own timeout so that the later ones still run:
+# Steps, most valuable first, each under its own timeout so that the later ones still run (DEVICE_VERIFY_STEPS
+# picks some: tier repro replay bias presets adapters rest mono):
 #   1. the GPU tier (python -m pytest -m "gpu and not heavy", the command of tox -e gpu)  -> OUT/gpu_tier.{log,xml}
 #   2. every GPU fixture's `show --script` reproducer, run from outside the tree: the FlashInfer and SGLang ones with
 #      only numpy, torch and the kernel's package on the path (exit 1: the bug is there; SGLang 2 without sgl-kernel),
@@ -28,6 +29,10 @@ rm -rf $W; mkdir -p "$O/campaigns" $W/site $W/scripts $W/runs
 exec > >(tee "$O/log.txt") 2>&1
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 FLASHINFER_WORKSPACE_BASE=$W/ws
 step() { echo "== +${SECONDS}s $*"; }
+want() {  # STEP: whether DEVICE_VERIFY_STEPS (a space-separated list of tier repro replay bias presets adapters rest
+  # mono; default all) names it, for a second call that runs what the first had no time for
+  [ -z "${DEVICE_VERIFY_STEPS:-}" ] || [[ " $DEVICE_VERIFY_STEPS " == *" $1 "* ]] || { echo "not asked for: $1"; false; }
+}
 fits() {  # SECONDS WHAT: whether a step of SECONDS still fits; if not, say it is skipped
   [ $((LIMIT - SECONDS)) -ge "$1" ] || { echo "SKIPPED for time (${SECONDS}s used, needs $1 s): ${*:2}"; false; }
 }
@@ -45,9 +50,11 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log --onel
 python3 -m difftest impls
 
 step "1. GPU tier"
-timeout -k 10 220 python3 -m pytest -m "gpu and not heavy" -p no:cacheprovider -n "${DEVICE_VERIFY_XDIST:-4}" -q -rs \
-  --junitxml="$O/gpu_tier.xml" > "$O/gpu_tier.log" 2>&1
-echo "gpu tier exit $?"; tail -n 30 "$O/gpu_tier.log"
+if want tier; then
+  timeout -k 10 220 python3 -m pytest -m "gpu and not heavy" -p no:cacheprovider -n "${DEVICE_VERIFY_XDIST:-4}" -q -rs \
+    --junitxml="$O/gpu_tier.xml" > "$O/gpu_tier.log" 2>&1
+  echo "gpu tier exit $?"; tail -n 30 "$O/gpu_tier.log"
+fi
 
 step "2. fixture reproducers"
 repro() {  # FIXTURE EXPECTED PATH: write the script with the project, run it from outside the tree without it
@@ -59,7 +66,7 @@ repro() {  # FIXTURE EXPECTED PATH: write the script with the project, run it fr
 }
 export -f repro; export W
 SG=$(python3 -c "import sgl_kernel" 2> /dev/null && echo 1 || echo 2)
-if fits 150 "fixture reproducers"; then
+if want repro && fits 150 "fixture reproducers"; then
   { for f in fixtures/flashinfer-*; do echo "$f 1 $W/site"; done
     for f in fixtures/sglang-*; do echo "$f $SG $W/site"; done
     for f in fixtures/*torch-cuda-*; do echo "$f 0 $W/site:$R"; done
@@ -72,14 +79,14 @@ if fits 150 "fixture reproducers"; then
 fi
 
 step "2b. replay of every GPU fixture (each must fail as recorded: its stored signatures)"
-if fits 120 "GPU fixture replay"; then
+if want replay && fits 120 "GPU fixture replay"; then
   timeout -k 5 100 python3 -m difftest replay -v fixtures/flashinfer-* fixtures/sglang-* fixtures/*torch-cuda-* \
     --skip-unavailable > "$O/replay.txt" 2>&1
   echo "replay exit $?"; tail -n 25 "$O/replay.txt"
 fi
 
 step "2c. the no-GEMM bf16-bias finding as a fixture from its CPU-made case (issue 34)"
-if fits 150 "no-GEMM bias fixture"; then
+if want bias && fits 150 "no-GEMM bias fixture"; then
   timeout -k 5 120 python3 tools/nogemm_bias_fixture.py $W/bias_fixture > "$O/bias_fixture.txt" 2>&1
   echo "bias fixture exit $?"; tail -n 4 "$O/bias_fixture.txt"
   [ -d $W/bias_fixture ] && tar -C $W -czf "$O/bias_fixture.tgz" bias_fixture
@@ -102,14 +109,14 @@ wave() {  # SECONDS DESCRIPTION then "NAME WORKERS IMPL [ARGS...]" per campaign,
   wait "${pids[@]}"
 }
 # most valuable first; ~14 workers a wave on the 16 cores
-wave 170 "trtllm-gen presets, 170 s and 7 workers each (issues 38, 36: deepseek-v3 is fp8_block, the DeepSeek-FP8 \
+want presets && wave 170 "trtllm-gen presets, 170 s and 7 workers each (issues 38, 36: deepseek-v3 is fp8_block, the DeepSeek-FP8 \
 activation kernel's re-quantization)" \
   "nogemm_deepseek-v3 7 flashinfer.trtllm_gen_nogemm --model deepseek-v3" \
   "nogemm_nemotron-h 7 flashinfer.trtllm_gen_nogemm --model nemotron-h" \
   "nogemm_deepseek-v3-mtp 7 flashinfer.trtllm_gen_nogemm --model deepseek-v3-mtp"
 
 step "3a. reports of the no-GEMM campaigns' new fixtures (issue 34: small, their weights regenerated from the seed)"
-if fits 60 "reports of new fixtures"; then
+if want presets && fits 60 "reports of new fixtures"; then
   for f in $(ls -d $W/runs/nogemm_*/fixtures/*/ 2> /dev/null | head -n 4); do
     d=$O/new_fixtures/$(basename "$(dirname "$(dirname "$f")")")/$(basename "$f"); mkdir -p "$d"; cp -r "$f". "$d"
     timeout -k 5 60 python3 -m difftest show "$d" --report "$d/REPORT.md" > "$d.show.txt" 2>&1
@@ -117,12 +124,12 @@ if fits 60 "reports of new fixtures"; then
   done
   [ -d "$O/new_fixtures" ] && tar -C "$O" -czf "$O/new_fixtures.tgz" new_fixtures && rm -rf "$O/new_fixtures"
 fi
-wave 60 "every FlashInfer adapter without a preset (issue 33: the compared share)" \
+want adapters && wave 60 "every FlashInfer adapter without a preset (issue 33: the compared share)" \
   "routing 4 flashinfer.trtllm_gen_routing" "nogemm 4 flashinfer.trtllm_gen_nogemm" "mono_moe 3 flashinfer.mono_moe" \
   "fused_topk 3 flashinfer.fused_topk_deepseek"
-wave 75 "routing preset, dev ops, torch-cuda" "routing_preset 7 flashinfer.trtllm_gen_routing --model trtllm-gen-routing" \
+want rest && wave 75 "routing preset, dev ops, torch-cuda" "routing_preset 7 flashinfer.trtllm_gen_routing --model trtllm-gen-routing" \
   "dev_ops 3 flashinfer.trtllm_gen_dev_ops" "torch_cuda 4 torch-cuda"
-wave 75 "mono_moe preset" "mono_moe_preset 7 flashinfer.mono_moe --model mono-moe"
+want mono && wave 75 "mono_moe preset" "mono_moe_preset 7 flashinfer.mono_moe --model mono-moe"
 
 step "digest"
 python3 - "$O/campaigns" << 'EOF' | tee "$O/digest.txt"
