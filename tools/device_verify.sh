@@ -4,9 +4,10 @@
 # Run from the repository root of a CUDA host with torch, pytest, pytest-xdist, hypothesis and numpy. What it needs
 # beyond the tree lies in .carry/ (ignored; docs/gpu.md, "One-call verification", says how to make it):
 #   flashinfer.tar.xz   flashinfer-python 0.7.2.post1 unpacked, less __pycache__ and the csrc these kernels do not build
-#   apache_tvm_ffi-*.whl, cubin/ (the trtllmGen_bmm_export headers), prebuilt/ (the sm_90a trtllm-gen modules)
+#   apache_tvm_ffi-*.whl, cubin/ (the trtllmGen_bmm_export headers), prebuilt/ (the sm_90a trtllm-gen modules),
+#   sglang/sglang_kernel-0.4.4-sm90.tar.xz (docs/sglang.md §2: sgl-kernel's Python files and SM90 library, 14 MB)
 # Steps, most valuable first, each under its own timeout so that the later ones still run (DEVICE_VERIFY_STEPS
-# picks some: tier repro replay bias presets adapters rest mono):
+# picks some: tier repro replay bias presets adapters sglang rest mono):
 #   1. the GPU tier (python -m pytest -m "gpu and not heavy", the command of tox -e gpu)  -> OUT/gpu_tier.{log,xml}
 #   2. every GPU fixture's `show --script` reproducer, run from outside the tree: the FlashInfer and SGLang ones with
 #      only numpy, torch and the kernel's package on the path (exit 1: the bug is there; SGLang 2 without sgl-kernel),
@@ -19,9 +20,8 @@
 #      OUT/digest.txt
 #   3a. the first new fixtures of the no-GEMM preset campaigns, each with its REPORT.md, repro.py and repro.npz
 #      (`show --report`), ready to commit under fixtures/  -> OUT/new_fixtures.tgz (CAMPAIGN/ID/)
-# A step that no longer fits in the time left is skipped, and the log says so. Not in this call: the SGLang kernels
-# (sgl-kernel is not carried: their tests and scripts skip), cutlass_fused_moe (opt-in, an hour of JIT), the SM100-only
-# trtllm_* MoE entry points, and the heavy tier.
+# A step that no longer fits in the time left is skipped, and the log says so. Not in this call: cutlass_fused_moe
+# (opt-in, an hour of JIT), the SM100-only trtllm_* MoE entry points, and the heavy tier.
 set -u
 O=$(realpath -m "${1:?usage: bash tools/device_verify.sh OUT [SEED]}"); SEED=${2:-$(($(date +%s) % 100000))}
 R=$PWD C=$PWD/.carry W=/tmp/device_verify LIMIT=${DEVICE_VERIFY_LIMIT:-585}
@@ -42,6 +42,9 @@ if [ -f "$C/flashinfer.tar.xz" ]; then
   tar -C $W/site -xJf "$C/flashinfer.tar.xz" && python3 -m pip install -q --no-index --no-deps --target $W/site \
     "$C"/apache_tvm_ffi-*.whl || echo "install failed: the FlashInfer tests skip"
 else echo "no .carry/flashinfer.tar.xz: the FlashInfer tests skip"; fi
+if [ -f "$C/sglang/sglang_kernel-0.4.4-sm90.tar.xz" ]; then  # docs/sglang.md §2: the package and its SM90 library
+  tar -C $W/site -xJf "$C/sglang/sglang_kernel-0.4.4-sm90.tar.xz" || echo "sgl-kernel unpack failed: SGLang skips"
+else echo "no .carry/sglang: the SGLang tests skip and their scripts exit 2"; fi
 if ls "$C"/prebuilt/*.so > /dev/null 2>&1; then
   export FLASHINFER_CUBIN_DIR=$C/cubin DIFFTEST_TRTLLM_GEN_PREBUILT=$C/prebuilt
 else echo "no .carry/prebuilt: the trtllm-gen adapters stay unavailable (their JIT build takes ~6 min)"; fi
@@ -127,6 +130,10 @@ fi
 want adapters && wave 60 "every FlashInfer adapter without a preset (issue 33: the compared share)" \
   "routing 4 flashinfer.trtllm_gen_routing" "nogemm 4 flashinfer.trtllm_gen_nogemm" "mono_moe 3 flashinfer.mono_moe" \
   "fused_topk 3 flashinfer.fused_topk_deepseek"
+want sglang && wave 60 "every SGLang adapter (sgl-kernel from .carry/sglang)" \
+  "sglang_gate 4 sglang.moe_fused_gate" "sglang_gate_bf16 3 sglang.moe_fused_gate_bf16" \
+  "sglang_topk_softmax 2 sglang.topk_softmax" "sglang_quant 3 sglang.per_token_group_quant_8bit" \
+  "sglang_quant_v1 2 sglang.per_token_group_quant_8bit_v1"
 want rest && wave 75 "routing preset, dev ops, torch-cuda" "routing_preset 7 flashinfer.trtllm_gen_routing --model trtllm-gen-routing" \
   "dev_ops 3 flashinfer.trtllm_gen_dev_ops" "torch_cuda 4 torch-cuda"
 want mono && wave 75 "mono_moe preset" "mono_moe_preset 7 flashinfer.mono_moe --model mono-moe"
