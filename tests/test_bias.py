@@ -31,7 +31,7 @@ from difftest.model.generate import ROUTING_DISTS
 from difftest.running import campaign
 from difftest.selftest import mutants
 from spec.layer import StackedWeights, moe_layer
-from spec.recipes import MONO_MOE, Recipe
+from spec.recipes import Recipe
 
 
 def test_boundary_is_the_gaussian_mixture():
@@ -182,9 +182,8 @@ def test_the_rule_follows_what_reaches_the_outputs():
     tensor_core = EXPF_STORES.but(name="tc", gemm_acc="tensor_core")
     assert "tensor core" in bias.not_applicable(tensor_core, softmax, weights_given=True)
     assert "no recipe" in bias.not_applicable(None, softmax, weights_given=True)
-    fp8 = replace(softmax, quant="fp8_block")
-    assert bias.not_applicable(MONO_MOE, fp8) is None  # its reciprocal is Hopper's, reproduced bit for bit
-    assert "expf" in bias.not_applicable(MONO_MOE, replace(sigmoid, quant="fp8_block"))
+    rcp = FP32_STORES.but(name="rcp", act_quant_variant="mul_448_div_amax", requant_variant="mul_448_div_amax")
+    assert bias.not_applicable(rcp, replace(softmax, quant="fp8_block")) is None  # Hopper's MUFU.RCP, reproduced
 
 
 def test_truncating_accumulator_is_caught_under_an_expf_recipe():
