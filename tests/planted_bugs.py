@@ -83,7 +83,7 @@ def _fp32_layer(mm, weigh=None):
             y = mm(te.layer.act(h, c.activation, c.half_order), ew["w2"])
             acc.index_add_(0, tok, y if c.router_weight_on_input else y * wt)
         if c.rsf_placement == "combine" and rsf is not None:
-            acc = acc * rsf
+            acc = (acc.double() * rsf).float()  # rsf as the spec applies it, a double (fp32: one-way by fl(rsf)/rsf)
         return {"out": acc.numpy(), "ids": ids.numpy(), "weights": w.numpy()}
 
     return run
