@@ -325,6 +325,10 @@ def _expert(x, ex, wt, ew, wd, c):
     if c.router_weight_on_input:  # on GEMM1's fp32 accumulator, = (x·w)·W13 (docs/semantics.md §4.4)
         h, eh = h * wt, eh and bounds.product(h, wt, eh, ew, bounds.U32)
     h1, e1 = _stored(h, eh, R.gemm1_out, R)
+    if c.quant == "fp8_block" and R.gemm1_out_quant:  # GEMM1 writes e4m3 with 1×128 scales; read as fl(code·scale)
+        q = quantize(h1, c.quant, R, R.gemm1_out_quant_variant, R.gemm1_out_quant_scale_formula, FP8_BLOCK,
+                     c.scale_fmt)
+        h1, e1 = _stored(q.values, e1 and bounds.requantized(h1, e1, q), R.act_compute, R)
     f = NONLINEARITY[c.activation]
     if gated:
         (g, up), (eg, eup) = split_halves(h1, c.half_order), _split(e1, c.half_order)

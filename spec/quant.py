@@ -17,12 +17,14 @@ from .numerics import (  # the block table lives beside the formats (one home; i
     E4M3FN,
     E8M0,
     FP8_BLOCK,
+    FP32,
     MX_BLOCK,
     NVFP4_BLOCK,
     decode,
     encode,
+    round_to,
 )
-from .recipes import GEMM_ACCS, QUANT_VARIANTS, SCALE_FORMULAS
+from .recipes import GEMM_ACCS, QUANT_VARIANTS, REQUANT_SCALE_FORMULAS, SCALE_FORMULAS
 
 GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_FMTS = ("fp32", "ue8m0")
@@ -100,23 +102,38 @@ def _scaled(x, s, amax, variant):
     return x * (FP8_MAX * (np.float32(1) / amax))  # mul_rcp_amax
 
 
+def deepseek_scale(amax, floor=FP32.min_normal):
+    """s = max(fl32(amax·fl32(1/448)), floor): the trtllm-gen DeepSeek-FP8 dev kernels' block scale, a multiply,
+    floored at FLT_MIN = 2^-126 so that an all-zero block stores zeros (floor 0 is the unfloored scale: s = 0 there)."""
+    return np.maximum(round_to(round_to(amax, FP32) * RCP448, FP32), np.float32(floor))
+
+
+def _scale(amax, formula):
+    """A group's scale from its amax (already floored at eps, except for mul_rcp448_flt_min): amax/448 (div448),
+    fl(amax·fl(1/448)) (mul_rcp448), or deepseek_scale (mul_rcp448_flt_min)."""
+    if formula == "div448":
+        return amax / FP8_MAX
+    return amax * RCP448 if formula == "mul_rcp448" else deepseek_scale(amax).astype(np.float32)
+
+
 def per_token_group_quant_fp8(x, group_size=FP8_BLOCK, *, eps=1e-10, variant="div", scale_formula="div448",
                               scale_fmt="fp32"):
     """Per row and `group_size` columns: s = max(amax, eps)/448, q = e4m3fn(clamp(x/s, ±448)) (docs/semantics.md §2.1);
-    ue8m0: s -> 2^e by ue8m0_ceil, q = e4m3fn(x·2^-e) exact. [M, K] -> (q uint8 [M, K], s float32 [M, K/g]).
+    scale_formula mul_rcp448_flt_min: s = deepseek_scale(amax), eps unused; ue8m0: s -> 2^e by ue8m0_ceil,
+    q = e4m3fn(x·2^-e) exact. [M, K] -> (q uint8 [M, K], s float32 [M, K/g]).
     amax ignores NaN; NaN -> NaN code; ±Inf makes s Inf and the group's codes NaN or zero."""
     x = _fp32_values(x, "x")
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size={group_size} is not one of {GROUP_SIZES}")
     for name, value, allowed in (("variant", variant, QUANT_VARIANTS), ("scale_formula", scale_formula,
-                                 SCALE_FORMULAS), ("scale_fmt", scale_fmt, SCALE_FMTS)):
+                                 REQUANT_SCALE_FORMULAS), ("scale_fmt", scale_fmt, SCALE_FMTS)):
         if value not in allowed:
             raise ValueError(f"{name}={value!r} is not one of {allowed}")
     if not eps >= 0:
         raise ValueError(f"eps={eps} must be non-negative")
     groups = _rows_of_groups(x, group_size, "x")
-    amax = _amax(groups, floor=eps)
-    s = amax / FP8_MAX if scale_formula == "div448" else amax * RCP448
+    amax = _amax(groups, floor=0.0 if scale_formula == "mul_rcp448_flt_min" else eps)
+    s = _scale(amax, scale_formula)
     if scale_fmt == "ue8m0":
         s = decode(ue8m0_ceil(s), E8M0)
         v = groups / s[..., None]  # exact: s is a power of two

@@ -14,12 +14,15 @@ RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 # spec/quant.py per_token_group_quant_fp8: the three host formulations (correctly rounded operations, drawn by the
 # strategies) and the device ones with the GPU's reciprocal (hopper.hopper_rcp), which only implementations that
 # declare them in their `space` are given: x·fl(448·rcp(amax)) (mono_moe, SGLang's v2 quantizer) and x·rcp(s)
-# (SGLang's v1 quantizer; quantizer only, no layer recipe uses it).
+# (SGLang's v1 quantizer, and the trtllm-gen DeepSeek-FP8 activation kernel's re-quantization of the intermediate).
 HOST_QUANT_VARIANTS = ("div", "mul_rcp_scale", "mul_rcp_amax")
 ACT_QUANT_VARIANTS = (*HOST_QUANT_VARIANTS, "mul_448_div_amax")
 QUANT_VARIANTS = (*ACT_QUANT_VARIANTS, "mul_mufu_rcp_scale")
 REQUANT_GROUPS = (64, 128)
 SCALE_FORMULAS = ("div448", "mul_rcp448")
+# The intermediate's quantizers may also scale as the trtllm-gen DeepSeek-FP8 dev kernels do (spec.quant.deepseek_scale:
+# s = max(fl(amax·fl(1/448)), FLT_MIN), amax not floored); not a quant-op formula (the strategies draw SCALE_FORMULAS).
+REQUANT_SCALE_FORMULAS = (*SCALE_FORMULAS, "mul_rcp448_flt_min")
 # GEMM accumulators: fp64; fp32 (round to nearest at every addition, any order); tensor_core (fp32 whose additions
 # may round toward zero: the H200's bf16 tensor cores under cuBLAS move every changed output of a non-negative
 # K = 2048 product toward zero, campaigns/h200/s6/README.md; a kernel on tensor cores declares it); hopper_fp8 (the
@@ -77,6 +80,10 @@ class Recipe:
     multiplies the stored expert output inside the finalize sum (trtllm-gen); "before_requant" multiplies
     the activation output (in ``act_out``) before the re-quantization (mono_moe). ``requant_group``: columns
     per scale of the re-quantized intermediate (64: GEMM2 promotes its accumulator every 64 K).
+    ``gemm1_out_quant`` (fp8_block): GEMM1's stored output is itself quantized 1×128 to e4m3 with
+    ``gemm1_out_quant_variant`` / ``gemm1_out_quant_scale_formula`` (trtllm-gen's DeepSeek-FP8 GEMM1 writes e4m3 codes
+    with block scales, which its activation kernel reads), and the activation reads each value as fl(code·scale) in
+    ``act_compute``. ``mul_rcp448_flt_min`` (the intermediate's quantizers only): s = max(fl(amax·fl(1/448)), 2^-126).
     ``mul_448_div_amax`` (mono_moe, SGLang's fast-math quantizer): q = e4m3_satfinite(x·fl(448·rcp(amax))), rcp
     the device's reciprocal (hopper.hopper_rcp), eps 1e-10; mono_moe zeroes NaN inputs first.
     Weight preparation (moe cases whose expert weights come unquantized, MoEConfig.expert_weights): fp8_block
@@ -111,6 +118,9 @@ class Recipe:
     requant_variant: str = "div"
     requant_scale_formula: str = "div448"
     requant_group: int = 128
+    gemm1_out_quant: bool = False
+    gemm1_out_quant_variant: str = "div"
+    gemm1_out_quant_scale_formula: str = "div448"
     mx_rule: str = "ceil448"
     router_weight_at: str = "gemm2"
     expert_out: str = "bf16"
@@ -124,10 +134,12 @@ class Recipe:
 
     def __post_init__(self):
         for field, allowed in (("sigmoid", SIGMOIDS), ("exp", EXPS), ("renorm_order", RENORM_ORDERS),
-                               ("act_quant_variant", ACT_QUANT_VARIANTS), ("requant_variant", ACT_QUANT_VARIANTS),
+                               ("act_quant_variant", ACT_QUANT_VARIANTS), ("requant_variant", QUANT_VARIANTS),
                                ("requant_group", REQUANT_GROUPS),
                                ("act_scale_formula", SCALE_FORMULAS),
-                               ("requant_scale_formula", SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS),
+                               ("requant_scale_formula", REQUANT_SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS),
+                               ("gemm1_out_quant_variant", QUANT_VARIANTS),
+                               ("gemm1_out_quant_scale_formula", REQUANT_SCALE_FORMULAS),
                                ("mx_rule", MX_RULES), ("router_weight_at", ROUTER_WEIGHT_AT),
                                ("subnormals", SUBNORMALS), ("group_score", GROUP_SCORES),
                                ("routing_scores", ROUTING_ARITHMETIC), ("routing_bias_add", ROUTING_ARITHMETIC),
@@ -236,16 +248,27 @@ TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT = TRTLLM_GEN_ROUTING.but(name="flashinfer_tr
 # rounding (router_weight_at "combine", combine fp32, out bf16).
 TRTLLM_GEN_NOGEMM_BF16 = TRTLLM_GEN_ROUTING.but(name="flashinfer_trtllm_gen_nogemm_bf16", gemm1_out="bf16",
                                                 requant_intermediate=False, router_weight_at="combine")
-# fp8_block: hidden states quantized in torch as SGLang's quantizer feeding trtllm-gen does (TRTLLM_FP8_BLOCK's
-# act fields: s = amax·fl(1/448), q = x·fl(448·fl(1/amax))); the bf16 intermediate re-quantized per (row, 128)
-# in torch with the DeepSeek-FP8 activation kernel's formula, s = amax·fl(1/448), q = e4m3(y·fl(1/s)), the
-# reciprocal correctly rounded (the kernel's MUFU.RCP is not; this step is torch's, not the kernel's).
-TRTLLM_GEN_NOGEMM_FP8_BLOCK = TRTLLM_GEN_NOGEMM_BF16.but(
-    name="flashinfer_trtllm_gen_nogemm_fp8_block", act_quant_variant="mul_rcp_amax", act_scale_formula="mul_rcp448",
-    requant_intermediate=True, requant_variant="mul_rcp_scale", requant_scale_formula="mul_rcp448")
+# fp8_block with relu2 (no DeepSeek-FP8 kernel for it): hidden states quantized in torch as SGLang's quantizer feeding
+# trtllm-gen does (TRTLLM_FP8_BLOCK's act fields: s = amax·fl(1/448), q = x·fl(448·fl(1/amax))); the bf16
+# intermediate re-quantized per (row, 128) in torch, s = amax·fl(1/448), q = e4m3(y·fl(1/s)), the reciprocal
+# correctly rounded.
+TRTLLM_GEN_NOGEMM_FP8_BLOCK_RELU2 = TRTLLM_GEN_NOGEMM_BF16.but(
+    name="flashinfer_trtllm_gen_nogemm_fp8_block_relu2", act_quant_variant="mul_rcp_amax",
+    act_scale_formula="mul_rcp448", requant_intermediate=True, requant_variant="mul_rcp_scale",
+    requant_scale_formula="mul_rcp448")
+# fp8_block with swiglu: trtllm-gen's DeepSeek-FP8 activation kernel (activationDeepSeekKernel, dev.cu:297-372), as
+# FlashInfer's DeepSeek-FP8 pipeline runs it between its GEMMs. GEMM1's bf16 output is quantized per (row, 128) in
+# torch (the e4m3 codes and block scales FlashInfer's GEMM1 would write; torch's quantizer: s = amax·fl(1/448),
+# q = e4m3(h·fl(1/s))); the kernel reads fl32(code·scale), computes silu(g)·u in fp32 and re-quantizes that fp32 value
+# (no bf16 store: act_out fp32) per (row, 128): s = max(fl(amax·fl(1/448)), FLT_MIN), q = e4m3(fl(y·MUFU.RCP(s))).
+TRTLLM_GEN_NOGEMM_FP8_BLOCK = TRTLLM_GEN_NOGEMM_FP8_BLOCK_RELU2.but(
+    name="flashinfer_trtllm_gen_nogemm_fp8_block", gemm1_out_quant=True, gemm1_out_quant_variant="mul_rcp_scale",
+    gemm1_out_quant_scale_formula="mul_rcp448", act_out="fp32", requant_variant="mul_mufu_rcp_scale",
+    requant_scale_formula="mul_rcp448_flt_min")
 # Grouped DeepSeekV3 as built (bf16 bias, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT), on request only.
 TRTLLM_GEN_NOGEMM_AS_BUILT = tuple(r.but(name=r.name + "_grouped_as_built", bias="bf16")
-                                   for r in (TRTLLM_GEN_NOGEMM_BF16, TRTLLM_GEN_NOGEMM_FP8_BLOCK))
+                                   for r in (TRTLLM_GEN_NOGEMM_BF16, TRTLLM_GEN_NOGEMM_FP8_BLOCK,
+                                             TRTLLM_GEN_NOGEMM_FP8_BLOCK_RELU2))
 
 
 # SGLang Triton FP8 block path (docs/semantics.md §4.3-§4.5), documented semantics for plug-ins: JIT CUDA quantizer,
@@ -285,7 +308,8 @@ TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_
 
 NAMED = {r.name: r for r in (TRTLLM_BF16, TRTLLM_FP8_BLOCK, MONO_MOE, FUSED_TOPK_DEEPSEEK, FUSED_TOPK_DEEPSEEK_BF16,
                               TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT, TRTLLM_GEN_NOGEMM_BF16,
-                              TRTLLM_GEN_NOGEMM_FP8_BLOCK, *TRTLLM_GEN_NOGEMM_AS_BUILT,
+                              TRTLLM_GEN_NOGEMM_FP8_BLOCK, TRTLLM_GEN_NOGEMM_FP8_BLOCK_RELU2,
+                              *TRTLLM_GEN_NOGEMM_AS_BUILT,
                               SGLANG_TRITON_FP8_BLOCK, SGLANG_MOE_FUSED_GATE, SGLANG_MOE_FUSED_GATE_BF16,
                               SGLANG_TOPK_SOFTMAX, TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8,
                               TORCH_EAGER_NVFP4, *TORCH_EAGER_CUDA)}

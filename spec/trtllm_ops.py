@@ -12,7 +12,7 @@ import numpy as np
 from .hopper import hopper_rcp
 from .mlp import sigmoid
 from .numerics import E4M3FN, FP8_BLOCK, FP32, encode, round_to
-from .quant import RCP448
+from .quant import deepseek_scale  # the dev kernels' block scale (one home: the layer's requant uses it)
 
 DEEPSEEK_BLOCK = FP8_BLOCK  # the DeepSeek-FP8 kernels' 1×128 scale groups
 SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")
@@ -36,12 +36,6 @@ def gated_activation(x, alpha=1.0, beta=0.0, clamp_limit=np.inf):
     half = x.shape[1] // 2
     up, gate = np.clip(x[:, :half], -clamp_limit, clamp_limit), np.minimum(x[:, half:], clamp_limit)
     return gate * sigmoid(alpha * gate) * (up + beta)
-
-
-def deepseek_scale(amax, floor=FP32.min_normal):
-    """s = max(fl32(amax·fl32(1/448)), floor): the dev kernels' block scale, a multiply, floored at
-    FLT_MIN = 2^-126 so that an all-zero block stores zeros (floor 0 is the unfloored scale: s = 0 there)."""
-    return np.maximum(round_to(round_to(amax, FP32) * RCP448, FP32), np.float32(floor))
 
 
 def requant_deepseek_fp8(y, floor=FP32.min_normal, fmt=E4M3FN, rcp=hopper_rcp):

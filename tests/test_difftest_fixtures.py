@@ -1,6 +1,8 @@
 """difftest.artifacts.fixtures and the CLI: fixtures round trip, bad fixtures are one-line errors (exit 2), replay
 reproduces a recorded finding, exit codes."""
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -44,10 +46,17 @@ def k1(tmp_path):
     return record(tmp_path / "fixtures")
 
 
-def run_cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "difftest", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+def run_cli(*args, process=False):
+    """`python -m difftest ARGS` from the repository root: in this process (cli.main, its output captured), or in a
+    new interpreter with process=True, as test_cli_exit_codes does once for the exit status of `-m difftest`."""
+    if process:
+        return subprocess.run(
+            [sys.executable, "-m", "difftest", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_round_trip(k1):
@@ -253,13 +262,13 @@ def test_an_open_fixture_failing_otherwise_is_not_its_bug(tmp_path, capsys):
 
 
 def test_cli_exit_codes(k1, tmp_path):
-    r = run_cli("replay", str(k1), "--impl", "torch")
+    r = run_cli("replay", str(k1), "--impl", "torch", process=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "as recorded" in r.stdout and "bug:deepseek_biased_weights" in r.stdout
     bad = tmp_path / "bad"
     shutil.copytree(k1, bad / k1.name)
     (bad / k1.name / "case.json").write_text("[")
-    r = run_cli("replay", str(bad / k1.name))
+    r = run_cli("replay", str(bad / k1.name), process=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     r = run_cli("fuzz", "--impl", "no_such_impl")
     assert r.returncode == 2 and "unknown implementation" in r.stderr and "Traceback" not in r.stderr

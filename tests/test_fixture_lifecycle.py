@@ -32,17 +32,28 @@ def fuzz(cwd, plugin, out, *extra):
                     "--max-examples", "40", "--workers", "1", "--out", out, *extra)
 
 
-@pytest.fixture
-def found(tmp_path):
-    """(working directory, plug-in file, fixture) of a broken copy of the example, fuzzed from tmp_path."""
-    plugin = tmp_path / "plugins" / "broken.py"
+@pytest.fixture(scope="module")
+def found_once(tmp_path_factory):
+    """A broken copy of the example, fuzzed once per module (and xdist worker): the campaign is most of this
+    file's cost, and every test below works on its own copy of the tree (found)."""
+    root = tmp_path_factory.mktemp("found")
+    plugin = root / "plugins" / "broken.py"
     plugin.parent.mkdir()
     plugin.write_text(EXAMPLE.read_text().replace(*WEIGHTS_BUG))
-    r = fuzz(tmp_path, plugin, "run")
+    r = fuzz(root, plugin, "run")
     assert r.returncode == 1, r.stdout + r.stderr
-    (fixture,) = fixtures.discover(tmp_path / "run" / "fixtures")
+    (fixture,) = fixtures.discover(root / "run" / "fixtures")
+    return root, fixture.relative_to(root)
+
+
+@pytest.fixture
+def found(found_once, tmp_path):
+    """(working directory, plug-in file, fixture) of a broken copy of the example, fuzzed from tmp_path: a copy of
+    found_once's tree, so that a test may edit, move or delete any of it."""
+    root, fixture = found_once
+    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
     (tmp_path / "elsewhere").mkdir()  # a working directory that holds neither the plug-in nor the run
-    return tmp_path, plugin, fixture
+    return tmp_path, tmp_path / "plugins" / "broken.py", tmp_path / fixture
 
 
 def test_plugin_reference_is_stored_relative_to_the_fixture_directory(found):

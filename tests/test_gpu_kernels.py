@@ -58,6 +58,10 @@ CASES = {
         moe(RoutingConfig("renormalize", 7, 32, 4), 256, 128, seed=101),
         moe(RoutingConfig("sigmoid_renorm", 3, 16, 2, eps=EPS), 256, 128, seed=200, activation="relu2"),
         moe(DSV3, 512, 256, seed=301, quant="fp8_block"),
+        # the deepseek-v3 preset's routing at its scaled sizes: the DeepSeek-FP8 activation kernel's re-quantization
+        moe(RoutingConfig("deepseek_v3", 5, 256, 8, 8, 4, 2.5, eps=EPS, bias_dtype="bf16"), 256, 128, seed=302,
+            quant="fp8_block"),
+        moe(DSV3, 256, 128, seed=303, quant="fp8_block", activation="relu2"),  # block FP8 relu2: torch's requant
     ],
     "sglang.moe_fused_gate": [routing("deepseek_v3", 7, 256, 8, 8, 4, 2.5, bias_dtype="fp32")],
     "sglang.moe_fused_gate_bf16": [

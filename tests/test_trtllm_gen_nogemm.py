@@ -56,8 +56,15 @@ def test_supported(config):
 
 def test_recipe_per_quant_path(monkeypatch):
     bf16, fp8 = NAMED[ng.recipe_for(moe())], NAMED[ng.recipe_for(moe(routing=DSV3, quant="fp8_block"))]
-    assert (bf16.name, fp8.name) == ("flashinfer_trtllm_gen_nogemm_bf16", "flashinfer_trtllm_gen_nogemm_fp8_block")
-    assert not bf16.requant_intermediate and fp8.requant_variant == "mul_rcp_scale"
+    relu2 = NAMED[ng.recipe_for(moe(quant="fp8_block", activation="relu2"))]
+    assert (bf16.name, fp8.name, relu2.name) == ("flashinfer_trtllm_gen_nogemm_bf16",
+                                                 "flashinfer_trtllm_gen_nogemm_fp8_block",
+                                                 "flashinfer_trtllm_gen_nogemm_fp8_block_relu2")
+    assert not bf16.requant_intermediate and relu2.requant_variant == "mul_rcp_scale" and not relu2.gemm1_out_quant
+    # swiglu: the DeepSeek-FP8 activation kernel's own re-quantization of its fp32 output, GEMM1's output quantized
+    assert (fp8.requant_variant, fp8.requant_scale_formula, fp8.act_out) == ("mul_mufu_rcp_scale",
+                                                                            "mul_rcp448_flt_min", "fp32")
+    assert fp8.gemm1_out_quant and fp8.gemm1_out_quant_variant == "mul_rcp_scale"
     assert bf16.router_weight_at == fp8.router_weight_at == "combine" and bf16.gemm1_out == "bf16"
     assert (bf16.sigmoid, bf16.routing_weights) == ("tanh", "bf16")  # the routing recipe's
     monkeypatch.setenv(tg.AS_BUILT_ENV, "1")
@@ -140,6 +147,20 @@ def fake_activation(h, e2p):
     return torch.where(mapped[:, None], out, torch.zeros_like(out))
 
 
+def fake_activation_deepseek_fp8(hq, hs, e2p):
+    """activationDeepSeekKernel as documented: u, g = fl32(code·scale) of [up; gate], y = fl32(silu(g)·u), re-quantized
+    per (row, 128) by spec.trtllm_ops.requant_deepseek_fp8 (FLT_MIN floor, MUFU.RCP); unmapped rows 0."""
+    from spec.numerics import round_to
+    from spec.trtllm_ops import gated_activation, requant_deepseek_fp8
+
+    x = round_to(E4M3_VALUES[hq.view(torch.uint8).numpy()] * np.repeat(hs.numpy().T, 128, axis=1), "fp32")
+    q, s = requant_deepseek_fp8(round_to(gated_activation(x), "fp32"))
+    mapped = np.zeros(len(q), bool)
+    mapped[e2p[e2p >= 0].numpy()] = True
+    q, s = np.where(mapped[:, None], q, 0).astype(np.uint8), np.where(mapped[None, :], s, 0).astype(np.float32)
+    return torch.from_numpy(q).view(torch.float8_e4m3fn), torch.from_numpy(s)
+
+
 def fake_finalize(y, e2p, expert_weights):
     acc = torch.zeros(e2p.shape[0], y.shape[1])
     for k in range(e2p.shape[1]):
@@ -155,6 +176,7 @@ def fake_finalize(y, e2p, expert_weights):
     moe(activation="relu2"),
     moe(routing=DSV3, quant="fp8_block", intermediate_size=256),
     moe(routing=DSV3, quant="fp8_block", local_expert_offset=8, local_num_experts=16),
+    moe(routing=DSV3, quant="fp8_block", activation="relu2"),
     moe(local_expert_offset=4, local_num_experts=8),
 ])
 def test_pipeline_with_cpu_kernels_matches_the_spec(config, monkeypatch):
@@ -165,13 +187,34 @@ def test_pipeline_with_cpu_kernels_matches_the_spec(config, monkeypatch):
     assert result.status == "pass", result.message
 
 
-def _run_on_cpu(case, inputs, monkeypatch):
+def _run_on_cpu(case, inputs, monkeypatch, deepseek_fp8=fake_activation_deepseek_fp8):
     from difftest.checking.interface import with_stacked_weights
 
     monkeypatch.setattr(tg, "trtllm_gen_routing", fake_routing(case, inputs))
-    for name, fake in (("permute", fake_permute), ("activation", fake_activation), ("finalize", fake_finalize)):
+    for name, fake in (("permute", fake_permute), ("activation", fake_activation), ("finalize", fake_finalize),
+                       ("activation_deepseek_fp8", deepseek_fp8)):
         monkeypatch.setattr(ops, name, fake)
     return ng.run(case.config, with_stacked_weights(case, inputs), device="cpu")
+
+
+def test_pipeline_runs_on_a_reproducer_scripts_configuration(monkeypatch):
+    """A reproducer script hands the adapter a namespace of the configuration's attributes, not the dataclass
+    (difftest is not importable there): the layer gives the same outputs (it raised TypeError in dataclasses.replace,
+    which the script would have reported as the bug)."""
+    from types import SimpleNamespace
+
+    from difftest.artifacts.reproducer import config_dict
+    from difftest.checking.interface import with_stacked_weights
+    from difftest.model import generate
+
+    def namespace(d):
+        return SimpleNamespace(**{k: namespace(v) if isinstance(v, dict) else v for k, v in d.items()})
+
+    case = Case("moe", moe(routing=DSV3, quant="fp8_block", local_expert_offset=8, local_num_experts=16), seed=3)
+    inputs = generate.inputs(case)
+    want = _run_on_cpu(case, inputs, monkeypatch)
+    got = ng.run(namespace(config_dict(case.config)), with_stacked_weights(case, inputs), device="cpu")
+    assert all(np.array_equal(got[k], want[k]) for k in want)
 
 
 def test_pipeline_check_can_fail(monkeypatch):
@@ -181,6 +224,20 @@ def test_pipeline_check_can_fail(monkeypatch):
     case = Case("moe", moe(), seed=3)
     impl = from_adapter_module(ng)._replace(run=lambda case, inputs: _run_on_cpu(case, inputs, monkeypatch))
     assert check.run_case(impl, case).status == "fail"
+
+
+def test_fp8_pipeline_check_can_fail(monkeypatch):
+    """The fp8_block swiglu path runs the DeepSeek-FP8 kernel on GEMM1's quantized output: a kernel stand-in that
+    reads the scales of the wrong half (the up scales for the gate) fails against the spec."""
+    def swapped_scales(hq, hs, e2p):
+        i = hs.shape[0] // 2
+        return fake_activation_deepseek_fp8(hq, torch.cat([hs[i:], hs[:i]]), e2p)
+
+    case = Case("moe", moe(routing=DSV3, quant="fp8_block", intermediate_size=256), seed=3)
+    for kernel, status in ((fake_activation_deepseek_fp8, "pass"), (swapped_scales, "fail")):
+        impl = from_adapter_module(ng)._replace(
+            run=lambda case, inputs, kernel=kernel: _run_on_cpu(case, inputs, monkeypatch, kernel))
+        assert check.run_case(impl, case).status == status, kernel.__name__
 
 
 def test_layer_bound_carries_the_tanh_approx_term_of_renormalized_weights():

@@ -83,3 +83,26 @@ def test_ungrouped_path_keeps_the_bias_fp32():
     ideal = routing.deepseek_v3(x, b, top_k=8, ideal=True)
     fp32 = routing.deepseek_v3(x, b, top_k=8, bias_dtype=TRTLLM_GEN_ROUTING.bias)
     assert (np.sort(fp32.ids, axis=1) == np.sort(ideal.ids, axis=1)).mean() > 0.999
+
+
+def test_the_nogemm_bias_fixtures_case_fails_as_the_kernel_reads_the_bias():
+    """tools/nogemm_bias_fixture.py's CPU-made case (the H200's no-GEMM bf16-bias finding, docs/gpu.md): the
+    routing kernel's model above picks its as-built ids, and the spec's as-built output fails under the adapter's
+    recipe on ids, which the GPU host's fixture then records from the kernel itself."""
+    import importlib.util
+    from pathlib import Path
+
+    from difftest.checking import check, impl_spec
+    from difftest.model import generate
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "nogemm_bias_fixture.py"
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location("nogemm_bias_fixture", path))
+    module.__spec__.loader.exec_module(module)
+    case, want, as_built = module.find()
+    r, inputs = case.config.routing, generate.inputs(case)
+    assert (r.num_experts, r.n_group, r.topk_group, r.bias_dtype) == (256, 8, 4, "fp32")
+    model = grouped_kernel_model(inputs["logits"], inputs["bias"], r.n_group, r.topk_group, r.top_k)
+    assert np.array_equal(np.sort(model, axis=1), np.sort(as_built, axis=1))
+    assert not np.array_equal(np.sort(model, axis=1), np.sort(want, axis=1))
+    verdict = check.compared(case, inputs, impl_spec.expected(case, inputs, module.AS_BUILT), module.RECIPE, "t")
+    assert not verdict.ok and verdict.message.startswith("ids[")

@@ -31,6 +31,41 @@ def test_gated_activation_gates_the_second_half_with_controls():
     assert y[0, 0] == pytest.approx(3.0 / (1 + np.exp(-6.0)) * 3.5, rel=1e-15)
 
 
+def test_the_layers_requant_quantizer_is_the_activation_kernels():
+    """Recipe requant_variant mul_mufu_rcp_scale with requant_scale_formula mul_rcp448_flt_min (the no-GEMM layer's
+    fp8_block recipe) quantizes as requant_deepseek_fp8 does, codes and scales bit for bit: also a block whose amax
+    is below the other formulas' 1e-10 floor, and an all-zero one."""
+    from spec.quant import per_token_group_quant_fp8
+
+    rng = np.random.default_rng(4)
+    y = (rng.standard_normal((4, 256)) * np.exp2(rng.integers(-40, 20, (4, 2)).repeat(128, axis=1))).astype(np.float32)
+    y[1, :128], y[2, 128:] = 0.0, y[2, 128:] * np.float32(1e-12)
+    q, s = per_token_group_quant_fp8(y, 128, variant="mul_mufu_rcp_scale", scale_formula="mul_rcp448_flt_min")
+    want_q, want_s = trtllm_ops.requant_deepseek_fp8(y)
+    assert np.array_equal(q, want_q) and np.array_equal(s, want_s.T)
+    old_q, _ = per_token_group_quant_fp8(y, 128, variant="mul_mufu_rcp_scale", scale_formula="mul_rcp448")
+    assert not np.array_equal(old_q[2], want_q[2])  # the 1e-10 amax floor quantizes the tiny block otherwise
+
+
+def test_gemm1_out_quant_is_a_rounding_point_of_the_layer():
+    """The no-GEMM fp8_block recipe's GEMM1 output quantization changes the spec's intermediate: without it the
+    layer's output differs (so the field is read), and a typo in its values fails at construction."""
+    from difftest.checking import impl_spec
+    from difftest.model.case import MoEConfig, RoutingConfig
+    from spec.recipes import NAMED, Recipe
+
+    recipe = NAMED["flashinfer_trtllm_gen_nogemm_fp8_block"]
+    case = Case("moe", MoEConfig(RoutingConfig("renormalize", 3, 8, 2), 256, 128, quant="fp8_block"), "normal", 2)
+    inputs = generate.inputs(case)
+    with_quant = impl_spec.layer(case, inputs, recipe).out
+    without = impl_spec.layer(case, inputs, recipe.but(gemm1_out_quant=False)).out
+    assert not np.array_equal(with_quant, without)
+    with pytest.raises(ValueError, match="gemm1_out_quant_scale_formula"):
+        Recipe(name="typo", gemm1_out_quant_scale_formula="mul_rcp_448")
+    with pytest.raises(ValueError, match="act_scale_formula"):  # the kernels' floor is the intermediate's only
+        Recipe(name="hidden", act_scale_formula="mul_rcp448_flt_min")
+
+
 def test_requant_floors_the_scale_and_multiplies_by_its_reciprocal():
     y = np.zeros((2, 128))
     y[1, 0], y[1, 1] = 448.0, -3.0

@@ -11,8 +11,13 @@
 #      only numpy, torch and the kernel's package on the path (exit 1: the bug is there; SGLang 2 without sgl-kernel),
 #      the torch-CUDA ones (fixed; the project's own implementation) with the project on it (exit 0)  -> OUT/repro.tsv
 #   2b. `replay` of every GPU fixture: each fails as recorded (its stored signatures)  -> OUT/replay.txt
-#   3. fresh-seed campaigns with --known fixtures/, in waves side by side (about 14 workers a wave): the trtllm-gen
-#      presets for 170 s, every adapter without a preset, the rest  -> OUT/campaigns.tgz (NAME/), OUT/digest.txt
+#   2c. tools/nogemm_bias_fixture.py: the no-GEMM layer's bf16-bias finding on a case made on the CPU, written as a
+#      fixture with its report where the kernel fails it  -> OUT/bias_fixture.{txt,tgz}
+#   3. fresh-seed campaigns with --known fixtures/, in waves side by side (about 14 workers a wave; 21 in the first):
+#      the trtllm-gen presets for 170 s, every adapter without a preset, the rest  -> OUT/campaigns.tgz (NAME/),
+#      OUT/digest.txt
+#   3a. the first new fixtures of the no-GEMM preset campaigns, each with its REPORT.md, repro.py and repro.npz
+#      (`show --report`), ready to commit under fixtures/  -> OUT/new_fixtures.tgz (CAMPAIGN/ID/)
 # A step that no longer fits in the time left is skipped, and the log says so. Not in this call: the SGLang kernels
 # (sgl-kernel is not carried: their tests and scripts skip), cutlass_fused_moe (opt-in, an hour of JIT), the SM100-only
 # trtllm_* MoE entry points, and the heavy tier.
@@ -73,6 +78,13 @@ if fits 120 "GPU fixture replay"; then
   echo "replay exit $?"; tail -n 25 "$O/replay.txt"
 fi
 
+step "2c. the no-GEMM bf16-bias finding as a fixture from its CPU-made case (issue 34)"
+if fits 150 "no-GEMM bias fixture"; then
+  timeout -k 5 120 python3 tools/nogemm_bias_fixture.py $W/bias_fixture > "$O/bias_fixture.txt" 2>&1
+  echo "bias fixture exit $?"; tail -n 4 "$O/bias_fixture.txt"
+  [ -d $W/bias_fixture ] && tar -C $W -czf "$O/bias_fixture.tgz" bias_fixture
+fi
+
 step "3. campaigns (seed $SEED, --known fixtures/)"
 campaign() {  # NAME SECONDS WORKERS IMPL [ARGS...]
   local name=$1 s=$2 n=$3 impl=$4 d=$W/runs/$1 o=$O/campaigns/$1; shift 4
@@ -90,9 +102,21 @@ wave() {  # SECONDS DESCRIPTION then "NAME WORKERS IMPL [ARGS...]" per campaign,
   wait "${pids[@]}"
 }
 # most valuable first; ~14 workers a wave on the 16 cores
-wave 170 "trtllm-gen presets, 170 s and 7 workers each (issue 38)" \
+wave 170 "trtllm-gen presets, 170 s and 7 workers each (issues 38, 36: deepseek-v3 is fp8_block, the DeepSeek-FP8 \
+activation kernel's re-quantization)" \
+  "nogemm_deepseek-v3 7 flashinfer.trtllm_gen_nogemm --model deepseek-v3" \
   "nogemm_nemotron-h 7 flashinfer.trtllm_gen_nogemm --model nemotron-h" \
   "nogemm_deepseek-v3-mtp 7 flashinfer.trtllm_gen_nogemm --model deepseek-v3-mtp"
+
+step "3a. reports of the no-GEMM campaigns' new fixtures (issue 34: small, their weights regenerated from the seed)"
+if fits 60 "reports of new fixtures"; then
+  for f in $(ls -d $W/runs/nogemm_*/fixtures/*/ 2> /dev/null | head -n 4); do
+    d=$O/new_fixtures/$(basename "$(dirname "$(dirname "$f")")")/$(basename "$f"); mkdir -p "$d"; cp -r "$f". "$d"
+    timeout -k 5 60 python3 -m difftest show "$d" --report "$d/REPORT.md" > "$d.show.txt" 2>&1
+    echo "$(basename "$f"): show exit $?, $(du -sb "$d" | cut -f1) bytes, largest file $(ls -S "$d" | head -n 1)"
+  done
+  [ -d "$O/new_fixtures" ] && tar -C "$O" -czf "$O/new_fixtures.tgz" new_fixtures && rm -rf "$O/new_fixtures"
+fi
 wave 60 "every FlashInfer adapter without a preset (issue 33: the compared share)" \
   "routing 4 flashinfer.trtllm_gen_routing" "nogemm 4 flashinfer.trtllm_gen_nogemm" "mono_moe 3 flashinfer.mono_moe" \
   "fused_topk 3 flashinfer.fused_topk_deepseek"

@@ -42,7 +42,10 @@ from ..model.case import Case, CaseError
 from ..running.isolation import atomic_write_bytes, atomic_write_text, create_dir_exclusive
 
 SCHEMA = 1
-INLINE_LIMIT = 4 << 20  # bytes of inputs stored in inputs.npz; larger inputs: generator + seed + SHA-256
+# bytes of inputs stored in inputs.npz; larger inputs: generator + seed + SHA-256 (so a fixture's files, inputs and
+# the spec's output beside them, stay under the 1 MB a committed file may have; fixtures written with 4 MB load)
+INLINE_LIMIT = 512 << 10
+MAX_NPZ_BYTES = 16 << 20  # what load() reads of an npz without a declared shape (4 × the old 4 MB INLINE_LIMIT)
 STATUSES = ("open", "fixed")
 KINDS = ("mismatch", "error", "crash", "hang")
 MAX_JSON_BYTES = 1 << 20  # case.json of a real fixture is a few KB
@@ -342,7 +345,7 @@ def _load_npz(path, file, like):
     checked before any data is read, so a hostile header cannot make us allocate or unpickle anything."""
     npz = _regular_file(path, file)
     # savez stores each array raw plus a header; expected outputs (float64) may be twice the inputs' size
-    limit = (4 * INLINE_LIMIT if like is None else sum(a.nbytes for a in like.values())) + (1 << 16)
+    limit = (MAX_NPZ_BYTES if like is None else sum(a.nbytes for a in like.values())) + (1 << 16)
     try:
         if npz.stat().st_size > limit:
             _fail(path, f"{file}: {npz.stat().st_size} bytes, more than the {limit} its arrays can take")

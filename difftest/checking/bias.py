@@ -24,10 +24,10 @@ their evidence stays near 1 where a one-way bug's grows without bound.
 What H0 needs, and where it holds (``not_applicable``, the one statement of this rule). The tested quantity is
 out_t − spec_t, spec the recipe-exact layer at the implementation's ids (or, without them, at tokens whose
 selection is robust). A step that the spec reproduces bit for bit from the same operands adds no freedom of its
-own, whatever its rounding direction: the stores' roundings to nearest, the quantizers (mul_448_div_amax's
-MUFU.RCP too: spec.hopper.hopper_rcp reads the whole measured table, bit-exact on the H200), the Hopper FP8
-accumulator's emulation. It only carries differences that arise upstream. Differences arise where the recipe
-leaves the implementation a choice, and H0 needs each such choice to err symmetrically:
+own, whatever its rounding direction: the stores' roundings to nearest, the quantizers (MUFU.RCP too, in
+mul_448_div_amax and mul_mufu_rcp_scale: spec.hopper.hopper_rcp reads the whole measured table, bit-exact on the
+H200), the Hopper FP8 accumulator's emulation. It only carries differences that arise upstream. Differences arise
+where the recipe leaves the implementation a choice, and H0 needs each such choice to err symmetrically:
   - the order of fp32 additions (gemm_acc "fp32", combine, routing sums): symmetric, each addition rounds to
     nearest. gemm_acc "tensor_core" declares additions that may round toward zero: not applicable.
   - the functions the recipe declares rounded once (the activation, σ "exact", exp "rn"): reproduced by a

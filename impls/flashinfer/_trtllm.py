@@ -78,14 +78,29 @@ def unsupported(config, *, quant, activations, logits_dtypes=("fp32", "bf16")):
     return None
 
 
+def local_experts(config):
+    """(offset, count) of the expert shard a call computes; count defaults to every expert from the offset on."""
+    offset = config.local_expert_offset
+    return offset, (config.routing.num_experts - offset if config.local_num_experts is None
+                    else config.local_num_experts)
+
+
+def local_weights(config, inputs):
+    """The shard's experts of every stacked [E, ...] weight input: the kernels index weights by local expert and take
+    [local_num_experts, ...], as their per-expert scalars are ``[local_num_experts]`` (FP4 docstring; its launcher
+    checks dim 0 against local_num_experts + num_fused_shared_experts when shared experts are fused)."""
+    offset, count = local_experts(config)
+    return {k: v[offset:offset + count] for k, v in inputs.items() if k.startswith(("w13", "w2"))}
+
+
 def routing_args(config, logits, bias):
     """The positional routing block shared by the trtllm-gen calls, with the local-expert shard."""
     r = config.routing
-    local = r.num_experts if config.local_num_experts is None else config.local_num_experts
+    offset, local = local_experts(config)
     n_group = r.n_group if r.method == "deepseek_v3" else None
     topk_group = r.topk_group if r.method == "deepseek_v3" else None
     return dict(routing_logits=logits, routing_bias=bias, num_experts=r.num_experts, top_k=r.top_k,
                 n_group=n_group, topk_group=topk_group, intermediate_size=config.intermediate_size,
-                local_expert_offset=config.local_expert_offset, local_num_experts=local,
+                local_expert_offset=offset, local_num_experts=local,
                 routed_scaling_factor=r.routed_scaling_factor,
                 routing_method_type=routing_method(r.method))

@@ -57,9 +57,11 @@ def trtllm_bf16_moe(logits, bias, hidden, gemm1_weights, gemm2_weights, config):
 
 
 def run(config, inputs, device="cuda"):
-    """inputs {"hidden", "logits", "bias"?, "w13", "w2"} (numpy, bf16 values as float32) -> {"out"}."""
-    w13 = to_torch(inputs["w13"], "bf16", device)
-    w2 = to_torch(inputs["w2"], "bf16", device)
+    """inputs {"hidden", "logits", "bias"?, "w13", "w2"} (numpy, bf16 values as float32; weights of all E experts,
+    of which the local shard's are passed) -> {"out"}."""
+    w = _trtllm.local_weights(config, inputs)
+    w13 = to_torch(w["w13"], "bf16", device)
+    w2 = to_torch(w["w2"], "bf16", device)
     g1, g2 = prepare_weights(w13, w2, gated=config.gated, half_order=config.half_order)
     bias = inputs.get("bias")
     out = trtllm_bf16_moe(to_torch(inputs["logits"], config.routing.logits_dtype, device),

@@ -7,6 +7,9 @@ the scales are then swizzled 128×4 with ``block_scale_interleave``. Hidden stat
 ``fp4_quantize`` with a linear scale layout. Global scales follow the quantization-multiplier
 convention (x_q = x·g): ``output1_scale_scalar = g_c/(g_x·g_w13)``, ``output1_scale_gate_scalar =
 1/(g_x·g_w13)``, ``output2_scale_scalar = 1/(g_c·g_w2)``, with g_c the intermediate's global scale.
+g_x and g_c are calibrated constants that the case model does not carry yet (docs/interfaces.md has no such
+keys), so unsupported() declines every case and run() takes them only from inputs that hold them
+(tests/test_sm100_contract.py passes them).
 """
 
 from . import _trtllm
@@ -23,9 +26,13 @@ available = _trtllm.available
 
 SPACE = _trtllm.space("nvfp4", ACTIVATIONS)  # what unsupported() takes, field by field
 
+CALIBRATION = ("hidden_global", "intermediate_global")  # the activations' NVFP4 global scales, calibrated constants
+
 
 def unsupported(config):
-    return _trtllm.unsupported(config, quant="nvfp4", activations=ACTIVATIONS)
+    return _trtllm.unsupported(config, quant="nvfp4", activations=ACTIVATIONS) or (
+        f"the case carries no NVFP4 activation calibration ({', '.join(CALIBRATION)}; docs/interfaces.md), "
+        "which the kernel takes as inputs")
 
 
 def prepare_weights(w13, w13_scale, w2, w2_scale, *, gated=True, half_order="gate_up"):
@@ -66,7 +73,7 @@ def trtllm_fp4_block_scale_moe(logits, bias, hidden, hidden_global, weights, glo
     if hidden.shape[1] % 128:
         raise ValueError(f"hidden_size={hidden.shape[1]} is not a multiple of 128")
     hq, hs = fp4_quantize(hidden, hidden_global, sf_vec_size=SF_VEC, sf_use_ue8m0=False,
-                          is_sf_swizzled_layout=False)
+                          is_sf_swizzled_layout=False, nvfp4_4over6=None)  # None: not FLASHINFER_NVFP4_4OVER6*
     g_w13, g_w2, g_c = globals_
     w13, w13_sf, w2, w2_sf = weights
     out = kernel(hidden_states=hq, hidden_states_scale=hs.view(torch.float8_e4m3fn).reshape(hidden.shape[0], -1),
@@ -81,16 +88,21 @@ def trtllm_fp4_block_scale_moe(logits, bias, hidden, hidden_global, weights, glo
 
 def run(config, inputs, device="cuda"):
     """inputs {"hidden", "hidden_global", "logits", "bias"?, "w13", "w13_scale", "w13_global", "w2", "w2_scale",
-    "w2_global", "intermediate_global"} (numpy; codes uint8, globals fp32) -> {"out"}."""
+    "w2_global", "intermediate_global"} (numpy; codes uint8, globals fp32; weights of all E experts, of which the
+    local shard's are passed) -> {"out"}."""
     import numpy as np
     import torch
 
-    codes = lambda k, dtype: to_torch(inputs[k], "e4m3fn", device).view(dtype)
+    missing = [k for k in CALIBRATION if k not in inputs]
+    if missing:
+        raise ValueError(f"inputs lack the NVFP4 activation global scales {missing}")
+    w = _trtllm.local_weights(config, inputs)
+    codes = lambda k, dtype: to_torch(w[k], "e4m3fn", device).view(dtype)
     weights = prepare_weights(codes("w13", torch.uint8), codes("w13_scale", torch.float8_e4m3fn),
                               codes("w2", torch.uint8), codes("w2_scale", torch.float8_e4m3fn),
                               gated=config.gated, half_order=config.half_order)
-    E = inputs["w13"].shape[0]
-    g = lambda k: to_torch(np.broadcast_to(np.float32(inputs[k]), (E,)), "fp32", device)
+    L = w["w13"].shape[0]
+    g = lambda k: to_torch(np.broadcast_to(np.float32(w[k]), (L,)), "fp32", device)
     globals_ = (g("w13_global"), g("w2_global"), float(inputs["intermediate_global"]))
     bias = inputs.get("bias")
     out = trtllm_fp4_block_scale_moe(to_torch(inputs["logits"], config.routing.logits_dtype, device),

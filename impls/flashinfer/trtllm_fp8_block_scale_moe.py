@@ -73,8 +73,9 @@ def trtllm_fp8_block_scale_moe(logits, bias, hidden_q, hidden_scale_col_major, w
 
 def run(config, inputs, device="cuda"):
     """inputs {"hidden" bf16 values, "logits", "bias"?, "w13", "w13_scale", "w2", "w2_scale"} -> {"out"}."""
-    weights = prepare_weights(to_torch(inputs["w13"], "e4m3fn", device), to_torch(inputs["w13_scale"], "fp32", device),
-                              to_torch(inputs["w2"], "e4m3fn", device), to_torch(inputs["w2_scale"], "fp32", device),
+    w = _trtllm.local_weights(config, inputs)
+    weights = prepare_weights(to_torch(w["w13"], "e4m3fn", device), to_torch(w["w13_scale"], "fp32", device),
+                              to_torch(w["w2"], "e4m3fn", device), to_torch(w["w2_scale"], "fp32", device),
                               half_order=config.half_order)
     q, s = quantize_hidden(to_torch(inputs["hidden"], "bf16", device))
     bias = inputs.get("bias")

@@ -6,20 +6,23 @@ around the GEMMs (routing, permute, activation, finalize) as one layer, on any d
     GEMM1     torch, per local expert on its rows, stored bf16
     act       swiglu: dev activation kernel, out = silu(g)·u with g the SECOND half of GEMM1's output, so w13
               is passed as [up; gate]; relu2: torch (activation::run has no non-gated path: not a kernel test)
-    requant   fp8_block only: torch, per (row, 128): s = amax·fl(1/448), q = e4m3(y·fl(1/s))
+              fp8_block swiglu: GEMM1's bf16 output quantized in torch per (row, 128), s = amax·fl(1/448),
+              q = e4m3(h·fl(1/s)) (the e4m3 codes and block scales FlashInfer's DeepSeek-FP8 GEMM1 writes), then
+              the DeepSeek-FP8 activation kernel: dequantize, silu(g)·u in fp32, re-quantize per (row, 128),
+              s = max(fl(amax·fl(1/448)), FLT_MIN), q = e4m3(fl(y·MUFU.RCP(s)))
+    requant   fp8_block relu2 only: torch, per (row, 128): s = amax·fl(1/448), q = e4m3(y·fl(1/s))
     GEMM2     torch, per local expert, stored bf16
     finalize  dev kernel: out[t] = bf16(Σ_k w[t, k]·x[p(t, k)]) in fp32, the router weight applied here
 
 GEMMs: bf16 path on fp32 operands (bf16 values, exact products) summed by cuBLAS in fp32 with TF32 off;
 fp8_block path on codes × scales decoded in fp64 (exact) and summed in fp64; both rounded to bf16 once (the fp64
-sum through fp32, an fp32-accumulation realization). Recipes: spec.recipes TRTLLM_GEN_NOGEMM_*.
-
-Why fp8_block does not use activation_deepseek_fp8: that kernel reads GEMM1's output as e4m3 codes with
-per-128 scales (FlashInfer's DeepSeek-FP8 GEMM1 writes them), an extra quantization of GEMM1's output the
-spec's Recipe has no field for; the bf16 activation kernel on GEMM1's bf16 output is the step the spec states.
+sum through fp32, an fp32-accumulation realization). Recipes: spec.recipes TRTLLM_GEN_NOGEMM_* (fp8_block: the
+swiglu row declares GEMM1's output quantization, Recipe.gemm1_out_quant, and the kernel's re-quantization; the relu2
+row torch's re-quantization).
 """
 
 import dataclasses
+import types
 
 import numpy as np
 
@@ -80,15 +83,21 @@ def unsupported(config):
 
 
 def routing_config(config):
-    """The RoutingConfig the routing stage runs: the case's, with the layer's expert shard and the default tile."""
-    return dataclasses.replace(config.routing, local_expert_offset=config.local_expert_offset,
-                               local_num_experts=config.local_num_experts, tile_tokens_dim=None)
+    """The RoutingConfig the routing stage runs: the case's, with the layer's expert shard and the default tile (a
+    namespace of the same attributes where the configuration is one: a reproducer script's, without difftest)."""
+    shard = dict(local_expert_offset=config.local_expert_offset, local_num_experts=config.local_num_experts,
+                 tile_tokens_dim=None)
+    if dataclasses.is_dataclass(config.routing):
+        return dataclasses.replace(config.routing, **shard)
+    return types.SimpleNamespace(**{**vars(config.routing), **shard})
 
 
 def recipe_for(config):
-    """The spec recipe's name: flashinfer_trtllm_gen_nogemm_bf16 / _fp8_block; with DIFFTEST_TRTLLM_GEN_AS_BUILT=1
-    and a grouped DeepSeekV3 case, its _grouped_as_built row (the routing kernel's bf16 bias)."""
+    """The spec recipe's name: flashinfer_trtllm_gen_nogemm_bf16 / _fp8_block (the DeepSeek-FP8 activation kernel) /
+    _fp8_block_relu2 (torch's activation and re-quantization); with DIFFTEST_TRTLLM_GEN_AS_BUILT=1 and a grouped
+    DeepSeekV3 case, its _grouped_as_built row (the routing kernel's bf16 bias)."""
     name = f"flashinfer_trtllm_gen_nogemm_{config.quant}"
+    name += "_relu2" if config.quant == "fp8_block" and config.activation == "relu2" else ""
     return name + ("_grouped_as_built" if routing.as_built_bias(config.routing) else "")
 
 
@@ -212,15 +221,19 @@ def run(config, inputs, device="cuda"):
         xq, xs = ops.permute(q, e2p_all, P + 1, hidden_states_scale=s.T.contiguous())
         x = dequant_rows(xq[:P], xs[:, :P].T)
         h = expert_gemm(x, lambda e: dequant_blocks(w["w13"][e + offset], w["w13_scale"][e + offset]), rows_of, n1)
-    if c.activation == "swiglu":
-        act = ops.activation(h, e2p)
+    if c.quant == "fp8_block" and c.activation == "swiglu":  # GEMM1's output as e4m3 codes; scales [2I/128, P]
+        hq, hs = quant_fp8(h, "mul_rcp_scale")
+        aq, as_t = ops.activation_deepseek_fp8(hq, hs.T.contiguous(), e2p)
+        a = dequant_rows(aq, as_t.T)
+    elif c.activation == "swiglu":
+        a = ops.activation(h, e2p)
     else:
-        act = torch.relu(h.float()).square().to(torch.bfloat16)
+        a = torch.relu(h.float()).square().to(torch.bfloat16)
     if c.quant == "bf16":
-        y = expert_gemm(act.float(), lambda e: w["w2"][e + offset], rows_of, H)
+        y = expert_gemm(a.float(), lambda e: w["w2"][e + offset], rows_of, H)
     else:
-        aq, as_ = quant_fp8(act, "mul_rcp_scale")
-        y = expert_gemm(dequant_rows(aq, as_), lambda e: dequant_blocks(w["w2"][e + offset], w["w2_scale"][e + offset]),
-                        rows_of, H)
+        if c.activation == "relu2":
+            a = dequant_rows(*quant_fp8(a, "mul_rcp_scale"))
+        y = expert_gemm(a, lambda e: dequant_blocks(w["w2"][e + offset], w["w2_scale"][e + offset]), rows_of, H)
     out = ops.finalize(y, e2p, expert_weights=shard["topk_weights"])
     return {"out": to_numpy(out), "ids": ids[:, :r.top_k].astype(np.int32)}
