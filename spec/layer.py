@@ -441,13 +441,16 @@ def moe_layer(
     ids=None,
     accumulate=None,
     scale_fmt="fp32",
+    router_weights=None,
 ):
     """out[t] = Σ_j w[t, j]·W2_e·act(W13_e·x[t]) over the local experts e = ids[t, j] (rsf in the routing
     weights or multiplying the sum, per rsf_placement), recipe-exact or ideal. hidden [T, H], logits [T, E],
     weights an ExpertWeights holding E + S experts (global ids). accumulate (ACCUMULATIONS): how GEMMs sum;
     None = the recipe's: "hopper_fp8" (bit-exact emulation, tight bounds) for a hopper_fp8 recipe, else
     "exact" (the bounds cover any summation order). scale_fmt (SCALE_FMTS, fp8_block): the activation and
-    intermediate scales, fp32 or rounded up to powers of two (ue8m0). -> LayerResult."""
+    intermediate scales, fp32 or rounded up to powers of two (ue8m0). router_weights [T, top_k] (with ids) replaces
+    the routed weights as written (an implementation's own, for difftest/checking/bias.py); the bounds still
+    describe the recipe's. -> LayerResult."""
     if accumulate is None:
         accumulate = "hopper_fp8" if recipe is not None and recipe.gemm_acc == "hopper_fp8" else "exact"
     check_activation(activation, half_order)
@@ -477,6 +480,12 @@ def moe_layer(
     n_local = weights.num_experts - local_expert_offset if local_num_experts is None else local_num_experts
     R = IDEAL if recipe is None else recipe
     r = _route(logits, bias, routing, rsf_placement, recipe, ids)
+    if router_weights is not None:
+        if ids is None or np.shape(router_weights) != np.shape(ids):
+            raise ValueError(f"router_weights {np.shape(router_weights)} need ids of the same shape, got "
+                             f"{None if ids is None else np.shape(ids)}")
+        r = r._replace(weights=np.concatenate([np.asarray(router_weights, r.weights.dtype),
+                                               r.weights[:, np.shape(ids)[1]:]], axis=1))
     local = expert_parallel_ids(r.ids, local_expert_offset, n_local)
     tracked = recipe is not None
     if scale_fmt != "fp32" and quant != "fp8_block":

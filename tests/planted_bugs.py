@@ -3,7 +3,8 @@
 ONE_SEED_IN_64, for tests of shared example databases (tests/test_redis_db.py): torch's routing, except that for
 one case seed in 64 the first token's first weight is doubled. A campaign of hundreds of examples finds it; a few
 fresh examples almost never do. RNE_ACC / TRUNCATING_ACC (below): a correct fp32-store layer and its twin with a
-truncating accumulator, for the bias test (tests/test_bias.py)."""
+truncating accumulator, for the bias test (tests/test_bias.py); their *_EXPF twins and WEIGHTS_LOW under an expf
+recipe."""
 
 import numpy as np
 import torch
@@ -13,6 +14,7 @@ from difftest.checking.impl_spec import routing_kwargs
 from difftest.checking.impl_torch import TORCH
 from difftest.model.generate import weights as generated_weights
 from spec.recipes import Recipe
+from spec.routing import METHODS
 
 EVERY = 64
 
@@ -55,7 +57,7 @@ def _rne_mm(a, w):
     return a @ w.t()
 
 
-def _fp32_layer(mm):
+def _fp32_layer(mm, weigh=None):
     def run(case, inputs):
         c = case.config
         routing = {**routing_kwargs(c.routing), "bias_dtype": "fp32", "weights_dtype": "fp32"}
@@ -63,6 +65,7 @@ def _fp32_layer(mm):
         ids, w, _, rsf = te.layer.layer_routing(
             torch.from_numpy(np.array(inputs["logits"], np.float32)),
             None if bias is None else torch.from_numpy(np.array(bias, np.float32)), routing, c.rsf_placement, None)
+        w = w if weigh is None else weigh(w, c)
         x = torch.from_numpy(np.array(inputs["hidden"], np.float32))
         source = generated_weights(case)
         hi = c.local_expert_offset + (c.routing.num_experts - c.local_expert_offset if c.local_num_experts is None
@@ -80,8 +83,8 @@ def _fp32_layer(mm):
             y = mm(te.layer.act(h, c.activation, c.half_order), ew["w2"])
             acc.index_add_(0, tok, y if c.router_weight_on_input else y * wt)
         if c.rsf_placement == "combine" and rsf is not None:
-            acc = acc * rsf
-        return {"out": acc.numpy(), "ids": ids.numpy()}
+            acc = (acc.double() * rsf).float()  # rsf as the spec applies it, a double (fp32: one-way by fl(rsf)/rsf)
+        return {"out": acc.numpy(), "ids": ids.numpy(), "weights": w.numpy()}
 
     return run
 
@@ -97,3 +100,25 @@ def _fp32_unsupported(case):
 RNE_ACC = TORCH._replace(name="planted:fp32_stores", ops=("moe",), unsupported=_fp32_unsupported,
                          recipe=lambda case: FP32_STORES, run=_fp32_layer(_rne_mm))
 TRUNCATING_ACC = RNE_ACC._replace(name="planted:truncating_fp32_accumulator", run=_fp32_layer(_truncating_mm))
+
+
+# ---- the same layers under an expf recipe (issue 36: the bias test wherever it is sound). The recipe admits an
+# expf of a few ulps, so its router weights are not held to symmetric errors; the layers expose their ids and
+# weights, and the bias test takes their outputs at those weights (difftest/checking/bias.py, What H0 needs).
+# WEIGHTS_LOW writes the router weights of the sigmoid methods one ulp toward zero, as an exp one ulp high leaves an
+# expf sigmoid (inside the weight bound): a one-way routing bug under FP32_STORES (σ rounded once), a correct layer
+# under EXPF_STORES.
+EXPF_STORES = FP32_STORES.but(name="fp32_stores_expf", sigmoid="expf")
+RNE_ACC_EXPF = RNE_ACC._replace(name="planted:fp32_stores_expf", recipe=lambda case: EXPF_STORES)
+TRUNCATING_ACC_EXPF = TRUNCATING_ACC._replace(name="planted:truncating_fp32_accumulator_expf",
+                                              recipe=lambda case: EXPF_STORES)
+
+
+def _sigmoid_weights_low(w, config):
+    return torch.nextafter(w, torch.zeros_like(w)) if METHODS[config.routing.method].scores == "sigmoid" else w
+
+
+WEIGHTS_LOW = RNE_ACC._replace(name="planted:fp32_stores_weights_one_ulp_low",
+                               run=_fp32_layer(_rne_mm, _sigmoid_weights_low))
+WEIGHTS_LOW_EXPF = WEIGHTS_LOW._replace(name="planted:fp32_stores_expf_weights_one_ulp_low",
+                                        recipe=lambda case: EXPF_STORES)

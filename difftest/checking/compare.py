@@ -799,8 +799,12 @@ def compare_moe(case, inputs, out, recipe, tag):
         v_weights = compare_routing(replace(case, op="routing", config=moe_routing(c), weight_seed=None), inputs,
                                     {"ids": ids, "weights": out["weights"]}, recipe, tag)
     v_bias, pairs = PASS, ()
-    if bias.not_applicable(recipe) is None:  # errors of a correct implementation are symmetric: no one-way push
-        d = bias.token_signs(got, spec.out, keep)
+    given = out.get("weights") if ids is not None and v_weights.ok else None
+    if bias.not_applicable(recipe, c, given is not None) is None:  # a correct implementation's errors are symmetric
+        reference = spec
+        if bias.approximate_scores(recipe, c.routing.method):  # d_t given the implementation's router weights
+            reference = weighted_at(case, inputs, recipe, np.asarray(ids)[:, :k], np.asarray(given)[:, :k], spec)
+        d = bias.token_signs(got, reference.out, keep)
         pairs = tuple((int(t), int(d[t])) for t in np.flatnonzero(d))
         e = bias.case_evidence(d)
         v_bias = failed("out", "bias", f"{e.describe()} [{tag}]", v.ratio) if e.rejects() else PASS
@@ -845,6 +849,16 @@ def recipe_vs_ideal(case, inputs, spec, recipe):
     v_w = elementwise("spec weights (underflow rows) vs ideal", np.where(held, spec.weights[:, :k], 0),
                       np.where(held, want_w, 0), np.where(held, rel + absolute, 0), tag, SPEC_FIELD)
     return v_out, v_w
+
+
+def weighted_at(case, inputs, recipe, ids, weights, spec):
+    """The spec layer at the implementation's `ids` and router `weights` [T, k] (difftest/checking/bias.py, What H0
+    needs); `spec` (the layer at those ids) where its weights are the same."""
+    weights = np.asarray(weights, np.float32)
+    if np.array_equal(spec.ids[:, :ids.shape[1]], ids) and np.array_equal(spec.weights[:, :ids.shape[1]], weights):
+        return spec
+    forced = replace(case, config=replace(case.config, routing=ungrouped(case.config.routing)))
+    return impl_spec.layer(forced, inputs, recipe, ids=ids, router_weights=weights)
 
 
 def layer_at(case, inputs, recipe, ids):

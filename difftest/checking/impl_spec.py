@@ -112,9 +112,10 @@ def expert_weights(case, recipe):
 
 
 @refusals
-def layer(case, inputs, recipe, ids=None, accumulate=None):
-    """spec LayerResult of a moe case under `recipe` (None: ideal); `ids` forces the expert selection;
-    `accumulate` (spec.layer.ACCUMULATIONS) one realization of the recipe's sums instead of the recipe-exact one."""
+def layer(case, inputs, recipe, ids=None, accumulate=None, router_weights=None):
+    """spec LayerResult of a moe case under `recipe` (None: ideal); `ids` forces the expert selection and
+    `router_weights` (with ids) their weights; `accumulate` (spec.layer.ACCUMULATIONS) one realization of the
+    recipe's sums instead of the recipe-exact one."""
     from spec.layer import moe_layer
 
     c = case.config
@@ -132,6 +133,7 @@ def layer(case, inputs, recipe, ids=None, accumulate=None):
         recipe=recipe,
         ids=ids,
         accumulate=accumulate,
+        router_weights=router_weights,
     )
 
 
@@ -258,7 +260,8 @@ SPEC = Impl(
 def summed_in(accumulate, recipe=DEFAULT):
     """The spec's moe layer as an implementation of `recipe` that sums its GEMMs in one realization (`accumulate`:
     "fp32" sequential, "fp32_pairwise", "fp32_blocked", "hopper_fp8"): a correct implementation whose results
-    differ from the recipe-exact ones, for the tests of the bounds and of the bias test."""
+    differ from the recipe-exact ones (its ids and router weights exposed), for the tests of the bounds and of the
+    bias test."""
     return Impl(
         name=f"spec:{accumulate}",
         version="0.1.0",
@@ -268,5 +271,10 @@ def summed_in(accumulate, recipe=DEFAULT):
         available=lambda: None,
         unsupported=_unsupported,
         recipe=lambda case: recipe,
-        run=lambda case, inputs: {"out": layer(case, inputs, recipe, accumulate=accumulate).out},
+        run=lambda case, inputs: _exposed(case, layer(case, inputs, recipe, accumulate=accumulate)),
     )
+
+
+def _exposed(case, result):
+    k = case.config.routing.top_k
+    return {"out": result.out, "ids": result.ids[:, :k], "weights": result.weights[:, :k]}
