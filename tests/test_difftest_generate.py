@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 
 from difftest.model import generate, strategies
-from difftest.model.case import Case, CaseError, MoEConfig, QuantConfig, RoutingConfig
+from difftest.model.case import QUANT_PATHS, SIZE_STEPS, Case, CaseError, MoEConfig, QuantConfig, RoutingConfig
 
 DS = RoutingConfig("deepseek_v3", 4, 16, 4, 4, 2, 2.5, bias_dtype="fp32")
 
@@ -153,30 +153,112 @@ def test_bad_json_fields_are_errors():
         generate.inputs(Case("routing", DS, "bogus", 0))
 
 
-def test_layers_are_sometimes_wide_or_of_model_width_but_small():
-    """fp8_block scales and the per-block accumulation order need K > 128 (wide layers, quantized paths); errors
-    that grow with K need model widths (K >= 512, every path, bf16 included); both keep T and E small, and
-    model-width cases draw only the normal and nonneg inputs."""
-    from hypothesis import find, settings
-    from hypothesis.errors import NoSuchExample
-
+def small_enough(c):
+    """Whether a moe configuration keeps the rest small where one of its sizes is large (strategies.moe_configs)."""
     S = strategies
-    many = settings(max_examples=2000, database=None)
-    wide = find(S.moe_configs(quant="fp8_block"), lambda c: 128 < c.hidden_size <= S.MOE_WIDE_SIZE
-                and c.intermediate_size > 128, settings=many)
-    assert wide.routing.num_tokens <= S.MOE_WIDE_MAX_TOKENS
-    for quant in ("bf16", "fp8_block"):
-        model = find(S.moe_configs(quant=quant), lambda c: c.hidden_size >= S.MOE_MODEL_MIN_HIDDEN, settings=many)
-        assert S.MOE_MODEL_MIN_INTERMEDIATE <= model.intermediate_size <= S.MOE_MODEL_INTERMEDIATE
-    with pytest.raises(NoSuchExample):
-        find(S.moe_configs(), lambda c: max(c.hidden_size, c.intermediate_size) > 128 and (
-            c.routing.num_experts > max(S.MOE_WIDE_MAX_EXPERTS, S.MOE_MODEL_MAX_EXPERTS)
-            or c.routing.num_tokens > (S.MOE_MODEL_MAX_TOKENS if S.model_width("moe", c) else S.MOE_WIDE_MAX_TOKENS)
-            or S.MOE_WIDE_SIZE < c.hidden_size < S.MOE_MODEL_MIN_HIDDEN or c.hidden_size > S.MOE_MODEL_HIDDEN),
-             settings=settings(max_examples=300, database=None))
-    with pytest.raises(NoSuchExample):
-        find(S.cases(op="moe"), lambda case: S.model_width("moe", case.config)
-             and case.dist not in S.MODEL_WIDTH_DISTS, settings=settings(max_examples=300, database=None))
+    H, I, T, E = c.hidden_size, c.intermediate_size, c.routing.num_tokens, c.routing.num_experts
+    narrow = max(H, I) <= max(S.MOE_MANY_EXPERTS_SIZE, max(SIZE_STEPS.values()))  # fp8_block's least is 128
+    if S.model_width("moe", c) and H > S.MOE_MODEL_HIDDEN:
+        return H <= S.MOE_FULL_HIDDEN and 2 <= T <= S.MOE_FULL_MAX_TOKENS and I <= S.MOE_FULL_INTERMEDIATE and (
+            E <= S.MOE_MODEL_MAX_EXPERTS)
+    if S.model_width("moe", c):
+        return T <= S.MOE_MODEL_MAX_TOKENS and E <= S.MOE_MODEL_MAX_EXPERTS
+    if E > S.MOE_MAX_EXPERTS:  # the kernels' expert counts
+        return narrow and T <= S.MOE_MAX_TOKENS and E <= S.MOE_MANY_MAX_EXPERTS
+    if T > S.MOE_MAX_TOKENS:  # the kernels' token counts
+        return narrow and T <= S.MOE_MANY_MAX_TOKENS
+    if max(H, I) > S.MOE_MAX_SIZE:  # wide: several K blocks
+        return H <= S.MOE_WIDE_SIZE and T <= S.MOE_WIDE_MAX_TOKENS and E <= S.MOE_WIDE_MAX_EXPERTS
+    return True
+
+
+REGIMES = {"wide": lambda c: 128 < c.hidden_size <= strategies.MOE_WIDE_SIZE and c.intermediate_size > 128,
+           "model width": lambda c: strategies.MOE_MODEL_MIN_HIDDEN <= c.hidden_size <= strategies.MOE_MODEL_HIDDEN,
+           "full width": lambda c: c.hidden_size > strategies.MOE_MODEL_HIDDEN,
+           "kernel expert counts": lambda c: c.routing.num_experts >= 128,
+           "kernel token counts": lambda c: c.routing.num_tokens >= 64, "top_k above 8": lambda c: c.routing.top_k > 8,
+           "one-expert groups": lambda c: c.routing.n_group == c.routing.num_experts > 1}
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_layers_are_sometimes_wide_of_model_width_or_at_the_kernels_limits(regime):
+    """fp8_block scales and the per-block accumulation order need K > 128 (wide layers, quantized paths); errors
+    that grow with K need model widths (K >= 512, every path, bf16 included), up to DeepSeek-V3's 7,168 with two
+    tokens or more; kernels branch on expert and token counts, top_k and one-expert groups: each drawn, and the
+    widths on every path they apply to, and what is drawn there keeps the rest small (small_enough)."""
+    from hypothesis import Phase, find, settings
+
+    first = settings(max_examples=3000, database=None, phases=[Phase.generate], derandomize=True)
+    paths = {"wide": QUANT_PATHS[1:], "model width": QUANT_PATHS, "full width": QUANT_PATHS}.get(regime, [None])
+    for quant in paths:
+        assert small_enough(find(strategies.moe_configs(quant=quant), REGIMES[regime], settings=first))
+
+
+def test_the_regimes_of_the_layer_keep_the_rest_small():
+    """In 1,000 derandomized moe draws each large size keeps the others small (small_enough), and model-width cases
+    draw only MODEL_WIDTH_DISTS."""
+    from hypothesis import HealthCheck, settings
+
+    @settings(max_examples=1000, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(strategies.cases(op="moe"))
+    def draw(case):
+        assert small_enough(case.config), case.config
+        assert not strategies.model_width("moe", case.config) or case.dist in strategies.MODEL_WIDTH_DISTS, case
+
+    draw()
+
+
+@pytest.mark.parametrize("name, condition", [
+    ("every expert tier and its neighbours", None),
+    ("DeepSeek-V3's 256 experts in 8 groups", lambda c: (c.num_experts, c.n_group) == (256, 8)),
+    ("one-expert groups", lambda c: c.n_group == c.num_experts > 1),
+    ("top_k at the kernels' 32", lambda c: c.top_k == strategies.MAX_TOP_K),
+    ("T either side of 8,192", lambda c: c.num_tokens == 8193),
+    ("T either side of 1,024 with 256 experts or more", lambda c: c.num_tokens == 1025 and c.num_experts >= 256),
+])
+def test_routing_reaches_the_kernels_limits(name, condition):
+    """docs/trtllm_gen_routing.md §5-6: tiers of 128, 160, 256, 384 and 512 experts, top_k up to 32, the token
+    counts where the kernels change path (strategies.PATH_TOKENS)."""
+    from hypothesis import Phase, find, settings
+
+    first = settings(max_examples=5000, database=None, phases=[Phase.generate])
+    conditions = [condition] if condition else [lambda c, n=n: c.num_experts == n for n in strategies.kernel_experts()]
+    for cond in conditions:
+        find(strategies.routing_configs(), cond, settings=first)
+
+
+def test_dev_kernels_reach_finalize_edges():
+    """The finalize kernels switch at ceil(H/256)·T = 1184 and take top_k up to 64 (derandomized: top_k = 64 is one
+    draw in some 430, and a random run of 3,000 examples missed it once)."""
+    from hypothesis import Phase, find, settings
+
+    first = settings(max_examples=3000, database=None, phases=[Phase.generate], derandomize=True)
+
+    def grid(c, tokens):
+        return -(-c.hidden_size // 256) * tokens < strategies.FINALIZE_SMALL_GRID
+
+    for side in (True, False):  # the last T of the small grid, the first past it
+        find(strategies.dev_kernel_configs("finalize"), lambda c, side=side: grid(c, c.num_tokens) == side and grid(
+            c, c.num_tokens + (1 if side else -1)) != side, settings=first)
+    find(strategies.dev_kernel_configs(), lambda c: c.top_k == strategies.DEV_MAX_TOP_K, settings=first)
+
+
+@pytest.mark.parametrize("op", ["routing", "quant", "moe"])
+def test_cases_without_tokens_are_few_and_never_the_simplest(op):
+    """A case without tokens computes nothing: at most one draw in 20 of each op's strategy (ZERO_TOKEN_ODDS), and
+    not the simplest draw, with which Hypothesis starts each run (a timed campaign's every turn)."""
+    from hypothesis import HealthCheck, settings
+
+    tokens = []
+
+    @settings(max_examples=400, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategies.CONFIG_STRATEGIES[op]())
+    def draw(config):
+        tokens.append(getattr(config, "routing", config).num_tokens)
+
+    draw()
+    assert tokens[0] == 1 and 0 < tokens.count(0) <= len(tokens) / 20, (op, tokens[:3], tokens.count(0), len(tokens))
 
 
 def test_fused_kernel_adapters_get_the_stacked_expert_weights():

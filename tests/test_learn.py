@@ -109,3 +109,12 @@ def test_the_next_campaign_starts_with_what_was_learned(tmp_path):
     assert cell["compared"] == cell["drawn"] == 8 and not cell["declined"], cell
     with gzip.open(tmp_path / "second" / "cases.jsonl.gz", "rt") as f:
         assert all("t" in json.loads(line) for line in f)  # each case row carries its time since the start
+
+
+def test_a_routing_method_is_the_one_cause_whatever_mask_value_its_case_drew():
+    """group_mask_value 0.0 belongs to deepseek_v2 alone: the probe that changes the method sets it back to -inf,
+    so a deepseek_v2 decline teaches its method at once (learn.TIED)."""
+    impl = declining(lambda case: "no deepseek_v2" if case.config.method == "deepseek_v2" else None)
+    r = learn.Refusals("routing")
+    case = Case("routing", RoutingConfig("deepseek_v2", 3, 8, 2, group_mask_value=0.0), "normal", 1)
+    assert r.declined(impl, case, "no deepseek_v2") == [("method", "deepseek_v2")]

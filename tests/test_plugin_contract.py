@@ -5,6 +5,7 @@ copies of plug-ins written against earlier contracts pass unchanged. Campaigns c
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from difftest import plugin
 from difftest.checking import impl_torch
@@ -101,3 +102,23 @@ def test_a_bad_contract_is_a_one_line_error(bad, message):
     impl = impl_torch.TORCH._replace(**bad) if "contract" in bad else impl_torch.TORCH._replace(**bad)
     with pytest.raises(interface.ImplError, match=message.replace("[", r"\[")):
         interface.check_protocol(impl, "x")
+
+
+@pytest.mark.parametrize("capable", [False, True])
+def test_the_kernels_limits_reach_only_a_plugin_that_takes_them(capable):
+    """A plug-in of contract 2 is drawn what contract 2 drew (at most 64 experts, top_k 8, no one-expert groups),
+    unless it lists the capability kernel_limits (case.CAPABILITIES)."""
+    impl = impl_torch.TORCH._replace(contract=2, capabilities=("kernel_limits",) if capable else ())
+    inside = where.for_impl(None, impl, "routing")
+    (_, configs), = where.slices("routing", {**inside, "method": where.Constraint(("deepseek_v3",))}, None)
+    seen = []
+
+    @settings(max_examples=300, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(configs)
+    def draw(config):
+        seen.append(config)
+
+    draw()
+    reach = (max(c.num_experts for c in seen) > 64 or max(c.top_k for c in seen) > 8
+             or any(c.n_group == c.num_experts > 1 for c in seen))
+    assert reach == capable

@@ -137,3 +137,31 @@ def test_where_usage_errors_are_one_line(tmp_path, args, words):
     # a usage error found by a worker comes after the campaign started: under load, progress lines may precede it
     lines = [line for line in r.stderr.strip().splitlines() if not PROGRESS.match(line)]
     assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.stderr
+
+
+def _drawn(op, configs, n=60):
+    seen = []
+
+    @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(configs)
+    def draw(config):
+        seen.append(config)
+
+    draw()
+    return seen
+
+
+def test_a_space_by_slice_narrows_only_the_slices_it_names():
+    """The trtllm-gen routing adapter's expert tiers: llama4 at most 128 experts, renormalize as drawn."""
+    space = {"num_experts": {"llama4": "1..128"}}
+    cells = dict(where.slices("routing", {}, None, space))
+    assert max(c.num_experts for c in _drawn("routing", cells["llama4"], 150)) <= 128
+    assert max(c.num_experts for c in _drawn("routing", cells["renormalize"], 150)) > 128
+    assert where.from_space(space) == {}  # nothing for the campaign as a whole, nor for a preset's one cell
+
+
+def test_derived_quantities_are_filtered_like_fields_and_rejected_outside():
+    inside = where.merge(dict([where.parse("experts_per_group=2..32")]), dict([where.parse("one_expert_groups=false")]))
+    (_, configs), = where.slices("routing", {**inside, "method": Constraint(("deepseek_v3",))}, None)
+    for c in _drawn("routing", configs, 100):
+        assert 2 <= c.num_experts // c.n_group <= 32 and not c.n_group == c.num_experts > 1, c

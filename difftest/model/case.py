@@ -35,35 +35,59 @@ SF_LAYOUTS = ("R128c4", "R8c4", "R8c16")
 
 
 class Capability(NamedTuple):
-    """Fields added to the case model after contract 1, as one thing an implementation can do: the contract version
-    that added them, the op whose configuration holds them, and each field's neutral value (what every case meant
-    before the field existed)."""
+    """What an implementation can do beyond contract 1, as one thing: the contract version that added it, the op
+    (or ops) whose configuration it concerns, and per field its neutral value (what every case meant before the field
+    existed). A capability of ``ranges`` widens fields that existed instead: per op, per field, the values the
+    strategies drew before it (a --where value, "LO..HI" or list), which is all an implementation without it gets."""
 
     contract: int
-    op: str
+    op: str | tuple
     neutral: dict
+    ranges: bool = False
 
 
 # The plug-in contract (docs/plugins.md) this case model implements. An implementation states the contract it was
 # written against (``contract``, default 1) and may list capabilities of later ones (``capabilities``); every field
 # of a capability it neither has by its contract nor lists is drawn at its neutral value, so a field added tomorrow
 # never reaches a plug-in written today. A new field goes in a new row here, with CONTRACT raised to its version.
-CONTRACT = 2
+CONTRACT = 3
 CAPABILITIES = {
     "permutation": Capability(2, "routing", {"tile_tokens_dim": None, "local_expert_offset": 0,
                                              "local_num_experts": None}),  # the padded layout for grouped GEMMs
     "ue8m0": Capability(2, "moe", {"scale_fmt": "fp32"}),  # power-of-two block scales on the fp8_block path
     "weight_forms": Capability(2, "moe", {"expert_weights": "prepared"}),  # unquantized weights it prepares itself
+    # the kernels' limits (strategies.py): up to 512 experts, top_k above 8, one-expert groups, the kernels' token
+    # counts, layers up to 7,168 wide; without it, what the strategies drew before them
+    "kernel_limits": Capability(3, ("routing", "moe", "trtllm_ops"), {
+        "routing": {"num_experts": "1..64", "top_k": "1..8", "num_tokens": "0..40", "one_expert_groups": False},
+        "moe": {"num_experts": "1..8", "top_k": "1..8", "num_tokens": "0..16", "hidden_size": "1..2048",
+                "one_expert_groups": False},
+        "trtllm_ops": {"top_k": "1..10", "num_tokens": "1..40"}}, ranges=True),
 }
+
+
+def _unknown(op, contract, capabilities, ranges):
+    for name, cap in CAPABILITIES.items():
+        ops = (cap.op,) if isinstance(cap.op, str) else cap.op
+        if cap.ranges == ranges and op in ops and cap.contract > contract and name not in capabilities:
+            yield cap.neutral[op] if ranges else cap.neutral
 
 
 def neutral_fields(op, contract=1, capabilities=()):
     """{field: neutral value} of the fields an implementation of `contract` with `capabilities` does not know, in
     `op`'s configuration (a moe configuration holds its routing's: their case constraints keep them neutral)."""
     out = {}
-    for name, cap in CAPABILITIES.items():
-        if cap.op == op and cap.contract > contract and name not in capabilities:
-            out.update(cap.neutral)
+    for neutral in _unknown(op, contract, capabilities, False):
+        out.update(neutral)
+    return out
+
+
+def neutral_ranges(op, contract=1, capabilities=()):
+    """{field: the values drawn before} of the widened fields (Capability.ranges) an implementation of `contract`
+    with `capabilities` does not know, in `op`'s configuration."""
+    out = {}
+    for ranges in _unknown(op, contract, capabilities, True):
+        out.update(ranges)
     return out
 
 

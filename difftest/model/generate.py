@@ -11,8 +11,10 @@ under the moe distribution ``nonneg`` they are those weights' magnitudes (and th
 ``sparse`` every row of w13 and w2 keeps SPARSE_ROW_TERMS of its entries and the rest are exact zeros.
 """
 
+import collections
 import functools
 import hashlib
+import os
 import zlib
 from typing import NamedTuple
 
@@ -214,15 +216,30 @@ def _fp8_codes(seed, name, shape, e):
     return (sign | exp | mant).astype(np.uint8).reshape(shape)
 
 
-@functools.lru_cache(maxsize=512)  # the spec (recipe and ideal) and the implementation read the same experts
+# The spec (recipe and ideal) and the implementation read the same experts: the last ones generated are kept, up to
+# WEIGHT_CACHE_ENTRIES experts and WEIGHT_CACHE_BYTES (an expert of a 7,168-wide layer is some 22 MB, and a campaign
+# worker draws thousands of layers).
+WEIGHT_CACHE_ENTRIES = 512
+WEIGHT_CACHE_BYTES = int(os.environ.get("DIFFTEST_WEIGHT_CACHE_MB", "1024")) << 20
+_WEIGHT_CACHE = collections.OrderedDict()
+
+
 def expert_weights(seed, quant, e, N1, H, I, scale_fmt="fp32", given="prepared", form="signed"):
     """The per-expert dict of spec/layer.py's table for expert e (w13 [N1, H], w2 [H, I]), read-only; `given`
     bf16 / fp32 (MoEConfig.expert_weights): the unquantized values instead, {w13, w2} float32; `form` (from the
     moe distribution, WEIGHT_DISTS): "nonneg" every weight's magnitude, its sign dropped; "sparse" at most
     SPARSE_ROW_TERMS nonzero weights per row; "signed" neither."""
+    key = (seed, quant, e, N1, H, I, scale_fmt, given, form)
+    if key in _WEIGHT_CACHE:
+        _WEIGHT_CACHE.move_to_end(key)
+        return _WEIGHT_CACHE[key]
     out = _expert_weights(seed, quant, e, N1, H, I, scale_fmt, given, form)
     for a in out.values():
         a.flags.writeable = False
+    _WEIGHT_CACHE[key] = out
+    held = sum(a.nbytes for w in _WEIGHT_CACHE.values() for a in w.values())
+    while len(_WEIGHT_CACHE) > 1 and (len(_WEIGHT_CACHE) > WEIGHT_CACHE_ENTRIES or held > WEIGHT_CACHE_BYTES):
+        held -= sum(a.nbytes for a in _WEIGHT_CACHE.popitem(last=False)[1].values())
     return out
 
 

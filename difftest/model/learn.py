@@ -117,8 +117,7 @@ class Refusals:
                 if other == value or (field == "num_tokens" and value != 0):
                     continue
                 try:
-                    probe = set_field(config, self.op, field, other)
-                    CHECKS[self.op](probe)
+                    probe = _valid(set_field(config, self.op, field, other), self.op)
                     reason = impl.unsupported(Case(case.op, probe, case.dist, case.seed, case.weight_seed)) or ""
                 except (CaseError, TypeError, ValueError):
                     continue
@@ -245,6 +244,24 @@ def _likely_fix(change, reason, op):
 _DEFAULTS = {"routing": RoutingConfig("renormalize", 1, 1, 1),
              "moe": MoEConfig(RoutingConfig("renormalize", 1, 1, 1), 1, 1),
              "quant": QuantConfig("fp8_group", 1, 128)}
+
+
+# Fields whose other values the case model allows only beside one value of another field (group_mask_value 0.0:
+# deepseek_v2 only): a probe that changes that field and breaks this is tried with them at their defaults, so that a
+# routing method is seen as the one cause of a decline whatever mask value its case drew.
+TIED = {"group_mask_value": float("-inf")}
+
+
+def _valid(config, op):
+    """`config` if the case model accepts it, else with its TIED fields at their defaults; CaseError if neither."""
+    try:
+        CHECKS[op](config)
+        return config
+    except CaseError:
+        for field, default in TIED.items():
+            config = set_field(config, op, field, default)
+        CHECKS[op](config)
+        return config
 
 
 def _declines(impl, case):

@@ -58,6 +58,7 @@ from .case import FIELD_DOMAINS, Case, CaseError
 from .where import Constraint, WhereError, _get, _set, field_types, for_impl, merge
 
 STEER_ODDS = int(os.environ.get("DIFFTEST_PAIR_STEER_ODDS", "3"))
+STEER_SPREAD = int(os.environ.get("DIFFTEST_PAIR_STEER_SPREAD", "48"))  # see steered()
 POOL = int(os.environ.get("DIFFTEST_PAIR_POOL", "16"))  # configurations drawn per cell to search for witnesses
 PACK_ATTEMPTS = 32  # further uncovered pairs a steered draw tries to force onto its configuration
 TOKENS = "num_tokens"
@@ -259,12 +260,14 @@ class Pairwise:
 
 
 def steered(configs, op, cell, odds=None):
-    """`configs` with one draw in `odds` (default STEER_ODDS) forced onto pairs the cell has not covered (module
-    docstring); `configs` itself without a cell, with steering off, or with every reachable pair covered."""
-    odds = STEER_ODDS if odds is None else odds
-    left = [] if cell is None or odds < 1 else cell.uncovered()
+    """`configs` with one draw in `odds` forced onto pairs the cell has not covered (module docstring); `configs`
+    itself without a cell, with steering off, or with every reachable pair covered. The default odds are STEER_ODDS,
+    or one in STEER_SPREAD / (pairs left) when fewer than that many thirds are left: a turn's snapshot of a few
+    uncovered pairs would otherwise make a third of a fast op's turn the same few cases."""
+    left = [] if cell is None or (STEER_ODDS if odds is None else odds) < 1 else cell.uncovered()
     if not left:
         return configs
+    odds = max(STEER_ODDS, -(-STEER_SPREAD // len(left))) if odds is None else odds
     configs = configs if configs is not None else strategies.CONFIG_STRATEGIES[op]()
 
     @st.composite

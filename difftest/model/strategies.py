@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
-from spec.numerics import SCALE_BLOCKS
+from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
 from spec.recipes import HOST_QUANT_VARIANTS, QUANT_VARIANTS, SCALE_FORMULAS
 
 from .case import (
@@ -51,6 +51,28 @@ MAX_TOKENS = int(os.environ.get("DIFFTEST_MAX_TOKENS", "40"))
 MAX_EXPERTS = int(os.environ.get("DIFFTEST_MAX_EXPERTS", "64"))
 MAX_HIDDEN = int(os.environ.get("DIFFTEST_MAX_HIDDEN", "512"))
 MAX_INTERMEDIATE = int(os.environ.get("DIFFTEST_MAX_INTERMEDIATE", "384"))
+# A case without tokens computes nothing: one draw in ZERO_TOKEN_ODDS has T = 0, and it is not the simplest draw (a
+# fresh Hypothesis run starts from the simplest, and shrinking moves toward it), so such cases stay a small share.
+ZERO_TOKEN_ODDS = int(os.environ.get("DIFFTEST_ZERO_TOKEN_ODDS", "50"))
+# The kernels' limits (docs/trtllm_gen_routing.md §5-6; impls/flashinfer/trtllm_gen_routing.py): expert counts at which
+# they change tier (trtllm-gen 128, 160, 256, 384, 512; DeepSeek-V3 has 256 experts), each drawn with its neighbours up
+# to MAX_KERNEL_EXPERTS, in one routing case of MANY_EXPERTS_ODDS; top_k above 8 up to MAX_TOP_K (the binding's 22 for
+# DeepSeek-V3 above 384 experts, routingCustom's 32 for Renormalize and the biased sigmoid) in one draw of
+# LARGE_TOP_K_ODDS where the experts allow it; token counts at which the routing kernels change path beyond MAX_TOKENS
+# (64, 128, 256, 1,024, 8,192, and T·k >= 1,536: 192 at top-8), each with its neighbours, in one routing case of
+# MANY_TOKENS_ODDS, at most MANY_TOKENS_LOGITS logits (T·E) a case.
+EXPERT_TIERS = (128, 160, 256, 384, 512)
+MAX_KERNEL_EXPERTS = int(os.environ.get("DIFFTEST_MAX_KERNEL_EXPERTS", "512"))
+MANY_EXPERTS_ODDS = int(os.environ.get("DIFFTEST_MANY_EXPERTS_ODDS", "6"))
+MAX_TOP_K = int(os.environ.get("DIFFTEST_MAX_TOP_K", "32"))
+LARGE_TOP_K_ODDS = int(os.environ.get("DIFFTEST_LARGE_TOP_K_ODDS", "8"))
+PATH_TOKENS = (64, 128, 192, 256, 1024, 8192)
+MANY_TOKENS_ODDS = int(os.environ.get("DIFFTEST_MANY_TOKENS_ODDS", "16"))
+MANY_TOKENS_LOGITS = int(os.environ.get("DIFFTEST_MANY_TOKENS_LOGITS", str(2**20)))
+# Grouped routing at those sizes: n_group with at most 32 experts a group (one warp per group), DeepSeek-V3's 8 of 32.
+KERNEL_GROUPS = (4, 8, 16)
+# One grouped draw in ONE_EXPERT_GROUP_ODDS has one expert a group (n_group == num_experts: the group score is its key).
+ONE_EXPERT_GROUP_ODDS = int(os.environ.get("DIFFTEST_ONE_EXPERT_GROUP_ODDS", "4"))
 # The layer is the slow op (two float64 spec passes per case): its own, smaller limits.
 MOE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MAX_TOKENS", "8"))
 MOE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MAX_EXPERTS", "8"))
@@ -61,6 +83,15 @@ MOE_WIDE_SIZE = int(os.environ.get("DIFFTEST_MOE_WIDE_SIZE", "256"))
 MOE_WIDE_ODDS = int(os.environ.get("DIFFTEST_MOE_WIDE_ODDS", "6"))
 MOE_WIDE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_TOKENS", "6"))
 MOE_WIDE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_EXPERTS", "4"))
+# Layers with the kernels' expert counts (EXPERT_TIERS and neighbours, up to MOE_MANY_MAX_EXPERTS; grouped too) in one
+# narrower case of MOE_MANY_EXPERTS_ODDS, at most MOE_MANY_EXPERTS_SIZE wide and MOE_MAX_TOKENS tokens: at most T·k
+# experts are computed. Layers with the routing kernels' token counts (PATH_TOKENS and neighbours up to
+# MOE_MANY_MAX_TOKENS) in one case of MOE_MANY_TOKENS_ODDS, as narrow, with at most MOE_MAX_EXPERTS experts.
+MOE_MANY_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MANY_MAX_EXPERTS", "512"))
+MOE_MANY_EXPERTS_ODDS = int(os.environ.get("DIFFTEST_MOE_MANY_EXPERTS_ODDS", "10"))
+MOE_MANY_EXPERTS_SIZE = int(os.environ.get("DIFFTEST_MOE_MANY_EXPERTS_SIZE", "64"))
+MOE_MANY_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MANY_MAX_TOKENS", "1025"))
+MOE_MANY_TOKENS_ODDS = int(os.environ.get("DIFFTEST_MOE_MANY_TOKENS_ODDS", "16"))
 # Layers of model width, on every path: H in [MOE_MODEL_MIN_HIDDEN, MOE_MODEL_HIDDEN], I in [MOE_MODEL_MIN_INTERMEDIATE,
 # MOE_MODEL_INTERMEDIATE], drawn in one case of MOE_MODEL_ODDS with at most MOE_MODEL_MAX_TOKENS tokens and _EXPERTS
 # experts. Errors that grow with K live here: a sum of K >= 512 same-sign bf16 products exceeds each by more than 2^8,
@@ -69,6 +100,9 @@ MOE_WIDE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_EXPERTS", "4"))
 # routing distributions (ties, underflow, bias shapes) are exercised at every narrower width and would only add cost.
 # "sparse" keeps the per-case bound as tight as at small widths (a few nonzero products per output), so an unbiased
 # per-element bug, which dense weights of this width hide under the accumulation bound, still fails its case.
+# One model-width case in MOE_FULL_ODDS is wider still, up to MOE_FULL_HIDDEN (DeepSeek-V3's 7,168; FULL_WIDTHS are
+# released models' widths), with 2 to MOE_FULL_MAX_TOKENS tokens, I at most MOE_FULL_INTERMEDIATE and at most
+# MOE_MODEL_MAX_EXPERTS experts: the spec decodes every computed expert's weights in float64, seconds a case at 7,168.
 MOE_MODEL_MIN_HIDDEN = int(os.environ.get("DIFFTEST_MOE_MODEL_MIN_HIDDEN", "512"))
 MOE_MODEL_HIDDEN = int(os.environ.get("DIFFTEST_MOE_MODEL_HIDDEN", "2048"))
 MOE_MODEL_MIN_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_MODEL_MIN_INTERMEDIATE", "256"))
@@ -76,12 +110,24 @@ MOE_MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_MODEL_INTERMEDIATE", "
 MOE_MODEL_ODDS = int(os.environ.get("DIFFTEST_MOE_MODEL_ODDS", "8"))
 MOE_MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MODEL_MAX_TOKENS", "16"))
 MOE_MODEL_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MODEL_MAX_EXPERTS", "4"))
+MOE_FULL_HIDDEN = int(os.environ.get("DIFFTEST_MOE_FULL_HIDDEN", "7168"))
+MOE_FULL_ODDS = int(os.environ.get("DIFFTEST_MOE_FULL_ODDS", "8"))
+MOE_FULL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_FULL_MAX_TOKENS", "4"))
+MOE_FULL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_FULL_INTERMEDIATE", "256"))
+FULL_WIDTHS = (2688, 4096, 5120, 6144, 7168)  # Nemotron-H, Mixtral, GLM-4.5 / Llama-4, GLM-5, DeepSeek-V3 (presets)
 MODEL_WIDTH_DISTS = ("normal", "nonneg", "sparse")
 MODEL_REGIME = MOE_MODEL_HIDDEN >= MOE_MODEL_MIN_HIDDEN > max(MOE_MAX_SIZE, MOE_WIDE_SIZE)  # else: not drawn
+FULL_REGIME = MODEL_REGIME and MOE_FULL_HIDDEN > MOE_MODEL_HIDDEN
 TILE_SIZES = (4, 8, 16, 32, 64, 128, 256)  # TMA row padding, warp/tile widths, routing kernel thresholds
 GROUP_SIZES = (16, 32, 64, 128, 256)  # fp8_group quantizer groups (spec.quant.GROUP_SIZES)
 SCALING_FACTORS = (None, 1.0, 2.5, 2.826, 16.0)  # None: no scaling (Qwen, Mixtral, Llama-4); 2.5: DeepSeek-V3
 MAX_SEED = 2**32 - 1
+# trtllm-gen's finalize (docs/trtllm_gen_dev_kernels.md) takes its small-grid kernels while ceil(H/256)·T < 1184 and
+# top_k <= 64 (k_split groups of 4 above 4): one finalize case in DEV_EDGE_ODDS sits on that token edge, and one dev
+# kernel case in DEV_EDGE_ODDS has top_k in (10, DEV_MAX_TOP_K].
+FINALIZE_SMALL_GRID = 1184
+DEV_MAX_TOP_K = 64
+DEV_EDGE_ODDS = int(os.environ.get("DIFFTEST_DEV_EDGE_ODDS", "8"))
 
 # Strategies are built once and reused (functools.cache for those with arguments): a strategy built inside a
 # draw is validated and has its properties computed at every example, which cost a third of Hypothesis'
@@ -90,11 +136,33 @@ _cached = functools.cache
 
 
 @_cached
-def num_tokens(max_value=None):
-    """T in [0, max], weighted to 0, 1 and t-1, t, t+1 around tile / padding boundaries."""
+def positive_tokens(max_value=None, min_value=1):
+    """T in [min, max], weighted to min and t-1, t, t+1 around tile / padding boundaries."""
     top = MAX_TOKENS if max_value is None else max_value
-    edges = sorted({n for t in TILE_SIZES for n in (t - 1, t, t + 1) if n <= top} | {0, 1})
-    return st.one_of(st.sampled_from(edges), st.integers(0, top))
+    edges = sorted({n for t in TILE_SIZES for n in (t - 1, t, t + 1) if min_value <= n <= top} | {min_value})
+    return st.one_of(st.sampled_from(edges), st.integers(min_value, top))
+
+
+@_cached
+@st.composite
+def num_tokens(draw, max_value=None):
+    """positive_tokens(max_value), or T = 0 in one draw of ZERO_TOKEN_ODDS (never the simplest draw)."""
+    if ZERO_TOKEN_ODDS > 0 and draw(_ints(0, ZERO_TOKEN_ODDS - 1), label="no_tokens") == ZERO_TOKEN_ODDS - 1:
+        return 0
+    return draw(positive_tokens(max_value), label="tokens")
+
+
+@_cached
+def path_tokens(top, experts=1):
+    """Token counts at the kernels' path thresholds (PATH_TOKENS, each with its neighbours) up to `top`, with at most
+    MANY_TOKENS_LOGITS logits (T·experts)."""
+    edges = {n for t in PATH_TOKENS for n in (t - 1, t, t + 1) if n <= top and n * experts <= MANY_TOKENS_LOGITS}
+    return st.sampled_from(sorted(edges))
+
+
+def _one_in(draw, odds, label):
+    """True in one draw of `odds` (never the simplest draw); False when odds < 1 (the regime is off)."""
+    return odds >= 1 and draw(_ints(0, odds - 1), label=label) == odds - 1
 
 
 @_cached
@@ -119,7 +187,6 @@ def _ints(lo, hi):
 
 BOOLEANS = st.booleans()
 _JUST_E4M3 = st.just("e4m3")
-_POSITIVE_TOKENS = num_tokens().filter(lambda n: n >= 1)
 
 
 class Groups(NamedTuple):
@@ -129,23 +196,67 @@ class Groups(NamedTuple):
 
 
 @_cached
-@st.composite
-def expert_groups(draw, method, max_experts=None):
-    """(E, n_group, topk_group): grouped methods get E = n_group × per-group (>= 2 for top-2 sums)."""
-    top = MAX_EXPERTS if max_experts is None else max_experts
-    if method in GROUPED_METHODS and draw(BOOLEANS, label="grouped"):
-        G = draw(_sampled(*[g for g in (2, 4, 8) if 2 * g <= top]), label="n_group")
-        per = draw(_ints(2, max(2, min(32, top // G))), label="experts_per_group")
-        return Groups(G * per, G, draw(_ints(1, G), label="topk_group"))
-    return Groups(draw(_ints(1, top), label="num_experts"), 1, 1)
+def kernel_experts(top=MAX_KERNEL_EXPERTS):
+    """The kernels' expert tiers (EXPERT_TIERS), each with its neighbours, up to `top`."""
+    return tuple(sorted({n for t in EXPERT_TIERS for n in (t - 1, t, t + 1) if n <= top}))
 
 
 @_cached
 @st.composite
-def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=None, shared=True):
+def expert_groups(draw, method, max_experts=None, many=False):
+    """(E, n_group, topk_group): grouped methods get E = n_group × per-group (>= 2 for top-2 sums, or one expert a
+    group in one draw of ONE_EXPERT_GROUP_ODDS); `many`: E among the kernels' tiers (kernel_experts), grouped ones in
+    KERNEL_GROUPS of at most 32 experts."""
+    top = MAX_EXPERTS if max_experts is None else max_experts
+    grouped = method in GROUPED_METHODS and draw(BOOLEANS, label="grouped")
+    if many:
+        sizes = kernel_experts(top)
+        if grouped:
+            shapes = [(E, G) for E in sizes for G in KERNEL_GROUPS if E % G == 0 and E // G <= 32]
+            E, G = draw(_sampled(*shapes), label="experts_and_groups")
+            return Groups(E, G, draw(_ints(1, G), label="topk_group"))
+        return Groups(draw(_sampled(*sizes), label="num_experts"), 1, 1)
+    if grouped:
+        G = draw(_sampled(*[g for g in (2, 4, 8) if 2 * g <= top]), label="n_group")
+        one = _one_in(draw, ONE_EXPERT_GROUP_ODDS, "one_expert_groups")
+        per = 1 if one else draw(_ints(2, max(2, min(32, top // G))), label="experts_per_group")
+        return Groups(G * per, G, draw(_ints(1, G), label="topk_group"))
+    return Groups(draw(_ints(1, top), label="num_experts"), 1, 1)
+
+
+def _top_k(draw, method, most):
+    """top_k in [1, min(8, most)], then in one draw of LARGE_TOP_K_ODDS where `most` (the experts the groups keep)
+    allows it, above 8 up to min(MAX_TOP_K, most) in its place; llama4 is top-1."""
+    if method == "llama4":
+        return 1
+    k = draw(_ints(1, min(8, most)), label="top_k")
+    if min(most, MAX_TOP_K) > 8 and _one_in(draw, LARGE_TOP_K_ODDS, "large_top_k"):
+        k = draw(_ints(9, min(MAX_TOP_K, most)), label="large_top_k")
+    return k
+
+
+@_cached
+@st.composite
+def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=None, shared=True, many_experts=None,
+                    kernel_top=None, path_odds=None, path_top=None):
+    """Routing configurations of up to `max_experts` (MAX_EXPERTS) experts; `many_experts` (None: in one draw of
+    MANY_EXPERTS_ODDS) draws the kernels' expert counts up to `kernel_top` (MAX_KERNEL_EXPERTS) instead; one draw in
+    `path_odds` (MANY_TOKENS_ODDS without a `num_tokens_strategy`, else none) has the kernels' token counts up to
+    `path_top` (8,193). Each regime is drawn after what the bulk draws and replaces it, so that a failure shrunk out of
+    the regime lands on the bulk's own draw."""
     method = method or draw(_sampled(*ROUTING_METHODS), label="method")
-    E, G, tg = draw(expert_groups(method, max_experts))
-    top_k = 1 if method == "llama4" else draw(_ints(1, min(8, tg * (E // G))), label="top_k")
+    groups = draw(expert_groups(method, max_experts))
+    kernel_top = kernel_top or MAX_KERNEL_EXPERTS
+    if many_experts is None:
+        many_experts = bool(kernel_experts(kernel_top)) and _one_in(draw, MANY_EXPERTS_ODDS, "many_experts")
+    if many_experts:
+        groups = draw(expert_groups(method, kernel_top, True))
+    E, G, tg = groups
+    top_k = _top_k(draw, method, tg * (E // G))
+    path_odds = (MANY_TOKENS_ODDS if num_tokens_strategy is None else 0) if path_odds is None else path_odds
+    tokens = draw(num_tokens() if num_tokens_strategy is None else num_tokens_strategy, label="num_tokens")
+    if _one_in(draw, path_odds, "many_tokens"):
+        tokens = draw(path_tokens(path_top or max(PATH_TOKENS) + 1, E), label="path_tokens")
     bias = (
         draw(_sampled(None, "fp32", "fp32", "bf16"), label="bias_dtype")
         if method in BIASED_METHODS
@@ -154,9 +265,7 @@ def routing_configs(draw, method=None, num_tokens_strategy=None, max_experts=Non
     permutation = _permutation(draw, E) if shared else {}
     return RoutingConfig(
         method=method,
-        num_tokens=draw(
-            num_tokens() if num_tokens_strategy is None else num_tokens_strategy, label="num_tokens"
-        ),
+        num_tokens=tokens,
         num_experts=E,
         top_k=top_k,
         n_group=G,
@@ -223,33 +332,51 @@ def _sizes(quant, top, bottom=1):
 @_cached
 @st.composite
 def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None, max_tokens=None):
-    """MoE layers of at most MOE_MAX_SIZE hidden / intermediate; one in MOE_MODEL_ODDS is of model width (above),
-    and of the others a quantized one in MOE_WIDE_ODDS is wide (up to MOE_WIDE_SIZE: several K blocks); both with
-    few tokens and experts, so that they stay cheap."""
+    """MoE layers of at most MOE_MAX_SIZE hidden / intermediate, and regimes that reach further while they stay cheap:
+    one case in MOE_MODEL_ODDS is of model width (one of those in MOE_FULL_ODDS up to MOE_FULL_HIDDEN, with T >= 2),
+    one of the others in MOE_MANY_EXPERTS_ODDS has the kernels' expert counts and one in MOE_MANY_TOKENS_ODDS their
+    token counts (both narrow), and a quantized one in MOE_WIDE_ODDS is wide (up to MOE_WIDE_SIZE: several K blocks);
+    all with few tokens or few experts. `max_experts` / `max_tokens` cap the bulk's and turn those regimes off."""
     quant = quant or draw(_sampled(*QUANT_PATHS), label="quant")
-    model = MODEL_REGIME and draw(
-        _ints(0, MOE_MODEL_ODDS - 1), label="model_width") == MOE_MODEL_ODDS - 1
-    wide = not model and quant != "bf16" and MOE_WIDE_SIZE > MOE_MAX_SIZE and draw(
-        _ints(0, MOE_WIDE_ODDS - 1), label="wide") == MOE_WIDE_ODDS - 1
+    model = MODEL_REGIME and _one_in(draw, MOE_MODEL_ODDS, "model_width")
+    full = model and FULL_REGIME and _one_in(draw, MOE_FULL_ODDS, "full_width")
+    many_experts = not model and max_experts is None and _one_in(draw, MOE_MANY_EXPERTS_ODDS, "many_experts")
+    wide = not (model or many_experts) and quant != "bf16" and MOE_WIDE_SIZE > MOE_MAX_SIZE and _one_in(
+        draw, MOE_WIDE_ODDS, "wide")
     tokens, experts = max_tokens or MOE_MAX_TOKENS, max_experts or MOE_MAX_EXPERTS
+    size, bottom, top = min(MAX_HIDDEN, MOE_MAX_SIZE), 1, min(MAX_INTERMEDIATE, MOE_MAX_SIZE)
+    token_counts = None
     if model:
         tokens = min(max_tokens or MOE_MODEL_MAX_TOKENS, MOE_MODEL_MAX_TOKENS)
         experts = min(experts, MOE_MODEL_MAX_EXPERTS)
+    if full:
+        token_counts = positive_tokens(max(2, min(tokens, MOE_FULL_MAX_TOKENS)), 2)
     if wide:
         tokens, experts = min(tokens, MOE_WIDE_MAX_TOKENS), min(experts, MOE_WIDE_MAX_EXPERTS)
-    size = MOE_WIDE_SIZE if wide else MOE_MAX_SIZE
-    routing = draw(routing_configs(method, num_tokens(tokens), experts, shared=False))
+        size, top = min(MAX_HIDDEN, MOE_WIDE_SIZE), min(MAX_INTERMEDIATE, MOE_WIDE_SIZE)
+    plain = not (model or many_experts or wide) and max_tokens is None  # the kernels' token counts in its place
+    routing = draw(routing_configs(method, num_tokens(tokens) if token_counts is None else token_counts, experts,
+                                   shared=False, many_experts=many_experts, kernel_top=MOE_MANY_MAX_EXPERTS,
+                                   path_odds=MOE_MANY_TOKENS_ODDS if plain else 0, path_top=MOE_MANY_MAX_TOKENS))
+    if many_experts or routing.num_tokens > tokens:  # the kernels' expert or token counts: narrow layers
+        size = top = min(MAX_HIDDEN, MOE_MANY_EXPERTS_SIZE)
     E = routing.num_experts
     offset, local = 0, None
     if E > 1 and draw(BOOLEANS, label="expert_parallel"):
         local = draw(_ints(1, E - 1), label="local_num_experts")
         offset = draw(_ints(0, E - local), label="local_expert_offset")
+    if full:
+        hidden = _full_widths(quant)
+        intermediate = _sizes(quant, MOE_FULL_INTERMEDIATE, min(FP8_BLOCK, MOE_FULL_INTERMEDIATE))
+    elif model:
+        hidden = _sizes(quant, MOE_MODEL_HIDDEN, MOE_MODEL_MIN_HIDDEN)
+        intermediate = _sizes(quant, MOE_MODEL_INTERMEDIATE, MOE_MODEL_MIN_INTERMEDIATE)
+    else:
+        hidden, intermediate = _sizes(quant, size, bottom), _sizes(quant, top, bottom)
     return MoEConfig(
         routing=routing,
-        hidden_size=draw(_sizes(quant, MOE_MODEL_HIDDEN, MOE_MODEL_MIN_HIDDEN) if model
-                         else _sizes(quant, min(MAX_HIDDEN, size)), label="hidden_size"),
-        intermediate_size=draw(_sizes(quant, MOE_MODEL_INTERMEDIATE, MOE_MODEL_MIN_INTERMEDIATE) if model
-                               else _sizes(quant, min(MAX_INTERMEDIATE, size)), label="intermediate_size"),
+        hidden_size=draw(hidden, label="hidden_size"),
+        intermediate_size=draw(intermediate, label="intermediate_size"),
         activation=activation or draw(_sampled(*ACTIVATIONS), label="activation"),
         half_order=draw(_sampled("gate_up", "up_gate"), label="half_order"),
         quant=quant,
@@ -258,6 +385,16 @@ def moe_configs(draw, method=None, activation=None, quant=None, max_experts=None
         **_weight_placement(draw, routing.top_k),
         **_input_forms(draw, quant),
     )
+
+
+@_cached
+def _full_widths(quant):
+    """Widths above MOE_MODEL_HIDDEN up to MOE_FULL_HIDDEN: released models' (FULL_WIDTHS), or any multiple of the
+    path's step."""
+    step = SIZE_STEPS[quant]
+    known = [w for w in FULL_WIDTHS if w % step == 0 and MOE_MODEL_HIDDEN < w <= MOE_FULL_HIDDEN]
+    anywhere = _sizes(quant, MOE_FULL_HIDDEN, MOE_MODEL_HIDDEN + 1)
+    return st.one_of(st.sampled_from(known), anywhere) if known else anywhere
 
 
 def _input_forms(draw, quant):
@@ -287,7 +424,9 @@ def _weight_placement(draw, top_k):
 @st.composite
 def dev_kernel_configs(draw, kernel=None):
     """One trtllm-gen dev kernel on up to MAX_TOKENS tokens, top_k up to 10 (finalize's k-split starts above
-    4), tiles 1..256 (the kernels ran 8..128 first, then 1, 2, 4, 256 on the H200), widths of one to a few blocks."""
+    4), tiles 1..256 (the kernels ran 8..128 first, then 1, 2, 4, 256 on the H200), widths of one to a few blocks;
+    one case in DEV_EDGE_ODDS has top_k up to DEV_MAX_TOP_K, and one finalize case in DEV_EDGE_ODDS the token count on
+    either side of its small-grid edge (FINALIZE_SMALL_GRID)."""
     kernel = kernel or draw(_sampled(*DEV_KERNELS), label="kernel")
     dtype = {"activation": _sampled("bf16", "fp16"), "activation_deepseek_fp8": _JUST_E4M3,
              "convertsf": _JUST_E4M3}.get(kernel, _sampled("bf16", "fp16", "e4m3"))
@@ -295,11 +434,18 @@ def dev_kernel_configs(draw, kernel=None):
     layout = draw(_sampled(*SF_LAYOUTS), label="sf_layout") if kernel == "convertsf" else "R128c4"
     step = {"activation": 64, "activation_deepseek_fp8": 128, "convertsf": 16 if layout == "R8c16" else 4,
             "permute": 128 if dtype == "e4m3" else 16, "finalize": 16, "finalize_deepseek_fp8": 128}[kernel]
+    hidden = draw(_sizes_of(step, MAX_HIDDEN), label="hidden_size")
+    if kernel == "finalize" and _one_in(draw, DEV_EDGE_ODDS, "small_grid_edge"):
+        edge = -(-FINALIZE_SMALL_GRID // -(-hidden // 256))  # ceil(H/256)·T < 1184 below it
+        tokens = draw(_sampled(edge - 1, edge), label="num_tokens")
+    else:
+        tokens = draw(positive_tokens(), label="num_tokens")
+    large_k = _one_in(draw, DEV_EDGE_ODDS, "large_top_k")
     return DevKernelConfig(
         kernel=kernel,
-        num_tokens=draw(_POSITIVE_TOKENS, label="num_tokens"),
-        hidden_size=draw(_sizes_of(step, MAX_HIDDEN), label="hidden_size"),
-        top_k=draw(_ints(1, 10), label="top_k"),
+        num_tokens=tokens,
+        hidden_size=hidden,
+        top_k=draw(_ints(11, DEV_MAX_TOP_K) if large_k else _ints(1, 10), label="top_k"),
         num_experts=draw(_ints(1, 8), label="num_experts"),
         tile_tokens_dim=draw(_sampled(*TILE_TOKENS), label="tile_tokens_dim"),
         dtype=dtype,
@@ -356,8 +502,9 @@ _ROUTING_REACHABLE = {"method": ROUTING_METHODS, "logits_dtype": LOGIT_DTYPES, "
 # device quantizer fl(448·MUFU.RCP(amax)) (spec.recipes), which neither torch nor a host formulation computes.
 SPACE_ONLY = {"quant": {"variant": tuple(v for v in QUANT_VARIANTS if v not in HOST_QUANT_VARIANTS)}}
 REACHABLE = {
-    "routing": {**_ROUTING_REACHABLE, "n_group": (1, 2, 4, 8), "num_fused_shared_experts": (0, 1, 2),
+    "routing": {**_ROUTING_REACHABLE, "n_group": (1, 2, 4, 8, 16), "num_fused_shared_experts": (0, 1, 2),
                 "tile_tokens_dim": (None, *TILE_TOKENS)},
+    # n_group: the bulk's (the layers with the kernels' expert counts add KERNEL_GROUPS, one draw in hundreds)
     "moe": {**_ROUTING_REACHABLE, "n_group": tuple(g for g in (1, 2, 4, 8) if g == 1 or 2 * g <= MOE_MAX_EXPERTS),
             "activation": ACTIVATIONS, "half_order": HALF_ORDERS, "quant": QUANT_PATHS, "hidden_dtype": HIDDEN_DTYPES,
             "rsf_placement": RSF_PLACEMENTS, "router_weight_on_input": (False, True), "scale_fmt": SCALE_FMTS,

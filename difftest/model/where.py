@@ -12,7 +12,9 @@ usage error.
 
 A plug-in declares the configurations it covers as ``space = {"method": "deepseek_v3", "top_k": "1..8",
 "logits_dtype": ["fp32", "bf16"]}`` (a value, a "LO..HI" string, or a list); ``fuzz --impl`` then draws
-only from it, intersected with ``--where``.
+only from it, intersected with ``--where``; a field's value may be a dict by slice (``"num_experts": {"llama4":
+"1..128", "topk": "1..256"}``: what it takes in each slice it names). A DERIVED quantity (``experts_per_group``,
+``one_expert_groups``) is filtered like a field, but a configuration outside it is rejected rather than redrawn.
 """
 
 import math
@@ -38,6 +40,7 @@ from .case import (
     CaseError,
     RoutingConfig,
     neutral_fields,
+    neutral_ranges,
 )
 
 ALIASES = {"E": "num_experts", "T": "num_tokens", "k": "top_k"}
@@ -58,6 +61,7 @@ class Constraint(NamedTuple):
     values: tuple | None  # the allowed values, or None for a range
     lo: float = -math.inf
     hi: float = math.inf
+    redraw: bool = True  # a value outside is redrawn from it (a value set, a closed range); False: rejected
 
     def allows(self, v):
         if self.values is not None:
@@ -73,11 +77,12 @@ class Constraint(NamedTuple):
         return st.floats(self.lo, self.hi, allow_nan=False)
 
     def __and__(self, other):
+        redraw = self.redraw and other.redraw
         if self.values is not None:
-            return Constraint(tuple(v for v in self.values if other.allows(v)))
+            return Constraint(tuple(v for v in self.values if other.allows(v)), redraw=redraw)
         if other.values is not None:
             return other & self
-        return Constraint(None, max(self.lo, other.lo), min(self.hi, other.hi))
+        return Constraint(None, max(self.lo, other.lo), min(self.hi, other.hi), redraw)
 
     def empty(self):
         return self.values == () or (self.values is None and self.lo > self.hi)
@@ -92,12 +97,19 @@ def _type_name(t):
     return getattr(t, "__name__", str(t))  # int -> "int"; float | None -> "float | None"
 
 
+# Quantities that kernels constrain and no one field holds, named in a filter or a space like a field: a configuration
+# outside the filter is rejected, never redrawn. experts_per_group = num_experts / n_group: one warp holds a group (at
+# most 32); one_expert_groups: n_group > 1 groups of one expert each, whose top-2 group sum is the key (the spec) or
+# -inf (FlashInfer, SGLang).
+DERIVED = {"experts_per_group": "int", "one_expert_groups": "bool"}  # of routing and moe configurations
+
+
 def field_types(op):
-    """{field: type name} of op's configuration; moe adds its routing's fields (the layer's win)."""
+    """{field: type name} of op's configuration; moe adds its routing's fields (the layer's win), and DERIVED ones."""
     out = {f.name: _type_name(f.type) for f in fields(CONFIGS[op]) if f.name != "routing"}
     if op == "moe":
         out = {**{f.name: _type_name(f.type) for f in fields(RoutingConfig)}, **out}
-    return out
+    return {**out, **DERIVED} if op in ("routing", "moe") else out
 
 
 def all_fields():
@@ -156,12 +168,18 @@ def parse(text):
     return field, c
 
 
-def from_space(space, owner="the plug-in"):
-    """{field: Constraint} from a plug-in's ``space`` dict (value, "LO..HI" string, or list of values)."""
+def from_space(space, owner="the plug-in", label=None):
+    """{field: Constraint} from a plug-in's ``space`` dict (value, "LO..HI" string, or list of values); a field's
+    dict of values per slice ({"llama4": "1..128", ...}: what it takes in the slices it names) counts only for the
+    slice `label` (a campaign cell's routing method, quant scheme, moe quant path or dev kernel)."""
     if not isinstance(space, dict):
-        raise WhereError(f"{owner}'s space must be a dict of field -> value, 'LO..HI' or list")
+        raise WhereError(f"{owner}'s space must be a dict of field -> value, 'LO..HI', list or a dict of them by slice")
     out = {}
     for field, value in space.items():
+        if isinstance(value, dict):
+            if label not in value:
+                continue
+            value = value[label]
         if isinstance(value, (list, tuple)):
             value = ",".join("none" if v is None else str(v) for v in value)
         elif value is None:
@@ -172,8 +190,12 @@ def from_space(space, owner="the plug-in"):
 
 def unknown_fields(op, contract=1, capabilities=()):
     """{field: Constraint} holding the fields of `op` that an implementation of `contract` with `capabilities` does
-    not know at their neutral values (case.neutral_fields): they are never drawn otherwise for it."""
-    return {field: Constraint((value,)) for field, value in neutral_fields(op, contract, capabilities).items()}
+    not know at their neutral values (case.neutral_fields), and the widened ones within what was drawn before them
+    (case.neutral_ranges): they are never drawn otherwise for it."""
+    out = {field: Constraint((value,)) for field, value in neutral_fields(op, contract, capabilities).items()}
+    for field, spec in neutral_ranges(op, contract, capabilities).items():  # rejected outside: drawn as before
+        out[field] = parse(f"{field}={spec}")[1]._replace(redraw=False)
+    return out
 
 
 def for_impl(filters, impl, op=None):
@@ -211,6 +233,9 @@ def _set(config, op, field, value):
 
 
 def _get(config, op, field):
+    if field in DERIVED:
+        r = config.routing if op == "moe" else config
+        return r.num_experts // r.n_group if field == "experts_per_group" else r.n_group == r.num_experts > 1
     if op == "moe" and not hasattr(config, field):
         return getattr(config.routing, field)
     return getattr(config, field)
@@ -228,22 +253,24 @@ def restrict(configs, op, where):
     def restricted(draw):
         config = draw(configs)
         for field, c in where.items():
-            if not c.allows(_get(config, op, field)):
-                assume(c.values is not None or math.isfinite(c.lo) and math.isfinite(c.hi))
+            if field not in DERIVED and not c.allows(_get(config, op, field)):
+                assume(c.redraw and (c.values is not None or math.isfinite(c.lo) and math.isfinite(c.hi)))
                 value = draw(c.strategy(types[field].startswith("int")), label=field)
                 config = _set(config, op, field, value)
         try:
             CHECKS[op](config)
         except CaseError:
             assume(False)
+        assume(all(c.allows(_get(config, op, field)) for field, c in where.items() if field in DERIVED))
         return config
 
     return restricted()
 
 
-def slices(op, where, base):
-    """[(label, configs)] of campaign.slices(op) (or [(model, base)] around a preset) inside `where`;
-    [] when op's configuration lacks a filtered field."""
+def slices(op, where, base, space=None):
+    """[(label, configs)] of campaign.slices(op) (or [(model, base)] around a preset) inside `where` and, per slice,
+    what an implementation's `space` says of that slice (from_space); [] when op's configuration lacks a filtered
+    field."""
     from . import strategies
 
     if not applies(op, where):
@@ -255,9 +282,13 @@ def slices(op, where, base):
     for label, configs in _slices(op):
         if key in where and not where[key].allows(label):
             continue
-        if op == "moe" and any(f in where for f in MOE_STRATEGY_FIELDS):
-            configs = _moe_configs(label, where, strategies)
-        out.append((label, restrict(configs, op, where)))
+        try:
+            own = merge(where, from_space(space, label=label)) if isinstance(space, dict) else where
+        except WhereError:  # --where and what the implementation takes in this slice allow nothing together
+            continue
+        if op == "moe" and any(f in own for f in MOE_STRATEGY_FIELDS):
+            configs = _moe_configs(label, own, strategies)
+        out.append((label, restrict(configs, op, own)))
     return out
 
 

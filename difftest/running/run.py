@@ -53,7 +53,8 @@ def campaign_cells(impl_refs, ops, model, filters=None):
             if model and base is None:
                 continue
             inside = where.for_impl(filters, impl, op)  # --where, its space and its contract
-            found += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base)]
+            space = getattr(impl, "space", None)  # with what it says per slice
+            found += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base, space)]
     return found
 
 

@@ -24,10 +24,12 @@ LOGITS_DTYPES = ("fp32", "bf16")
 def available():
     return first_problem(flashinfer_problem, lambda: cuda_problem(CAPABILITIES))
 
-# What unsupported() takes, field by field (difftest/model/where.py); it keeps the group limits (_limits).
+# What unsupported() takes, field by field (difftest/model/where.py); it keeps the group limits (_limits). Without
+# groups it takes top_k = 1 only (topk_group·n_group >= top_k), so the search draws grouped routing (n_group 2..8, 2 to
+# 32 experts a group; experts_per_group is num_experts / n_group) and leaves n_group = 1 to a plug-in of its own.
 SPACE = {"method": "deepseek_v3", "logits_dtype": "fp32", "renormalize": True, "eps": EPS,
          "num_fused_shared_experts": 0, "tile_tokens_dim": None, "num_tokens": "1..", "top_k": "1..8",
-         "n_group": [1, 2, 4, 8], "topk_group": "1..4"}
+         "n_group": [2, 4, 8], "topk_group": "1..4", "experts_per_group": "2..32"}
 
 
 def unsupported(config):

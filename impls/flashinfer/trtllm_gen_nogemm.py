@@ -49,7 +49,8 @@ def available():
 # What unsupported() takes, field by field (difftest/model/where.py); it keeps the sizes and the routing stage's limits.
 SPACE = {"quant": list(QUANTS), "hidden_dtype": "bf16", "activation": list(ACTIVATIONS), "scale_fmt": "fp32",
          "expert_weights": "prepared", "num_fused_shared_experts": 0, "router_weight_on_input": False,
-         "rsf_placement": "routing", "logits_dtype": ["fp32", "bf16"], "num_tokens": "1..", "eps": routing.EPS}
+         "rsf_placement": "routing", "logits_dtype": ["fp32", "bf16"], "num_tokens": "1..", "eps": routing.EPS,
+         "method": list(routing.SPACE["method"])}
 
 
 def unsupported(config):

@@ -28,7 +28,8 @@ KERNEL_DTYPE = "fp32"  # the instantiation SGLang's caller selects
 MAX_PER_GROUP = 32  # MAX_VPT: experts one thread holds
 POWERS_OF_TWO = [2**i for i in range(9)]  # E = 1 .. 256
 SPACE = {"method": "deepseek_v3", "renormalize": True, "eps": 0.0, "num_experts": POWERS_OF_TWO,
-         "tile_tokens_dim": None}
+         "experts_per_group": f"1..{MAX_PER_GROUP}", "one_expert_groups": False, "num_tokens": "1..",
+         "tile_tokens_dim": None}  # what limits() takes, field by field (difftest/model/where.py)
 EMPTY = ("num_tokens=0: the host launcher launches a grid of num_blocks = ceil(ceil(0 / rows_per_warp) / 6) = 0 "
          "blocks (moe_fused_gate.cu, moe_fused_gate(): `<<<num_blocks, block_dim, 0, stream>>>`), which CUDA rejects "
          "with cudaErrorInvalidValue (measured on the H200, every T=0 case)")

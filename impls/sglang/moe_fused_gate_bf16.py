@@ -12,7 +12,7 @@ OP = "routing"
 DETERMINISTIC = True
 RECIPE = "sglang_moe_fused_gate_bf16"
 KERNEL_DTYPE = "bf16"
-SPACE = {**_fp32.SPACE, "logits_dtype": "bf16"}
+SPACE = {**_fp32.SPACE, "logits_dtype": "bf16", "num_experts": _fp32.POWERS_OF_TWO[1:]}  # BF16_ONE_EXPERT
 
 
 def available():
