@@ -3,8 +3,9 @@
 What is named here keeps its name and meaning from one release to the next; the rest of difftest is private and
 may move. ``CONTRACT`` is the version of the case model a plug-in is written against: a plug-in states it
 (``contract = 2``), and every field added to the case model after that version reaches it only at its neutral
-value, unless it lists the field's capability (``capabilities = ("permutation",)``; ``CAPABILITIES``). A plug-in
-that states no contract is of contract 1, the case model of 2026-11-29.
+value, and every field widened after it only within what was drawn before, unless it lists the capability
+(``capabilities = ("permutation", "kernel_limits")``; ``CAPABILITIES``). A plug-in that states no contract is of
+contract 1, the case model of 2026-11-29.
 
     from difftest import plugin
 

@@ -222,7 +222,7 @@ def test_routing_reaches_the_kernels_limits(name, condition):
     counts where the kernels change path (strategies.PATH_TOKENS)."""
     from hypothesis import Phase, find, settings
 
-    first = settings(max_examples=5000, database=None, phases=[Phase.generate])
+    first = settings(max_examples=5000, database=None, phases=[Phase.generate], derandomize=True)
     conditions = [condition] if condition else [lambda c, n=n: c.num_experts == n for n in strategies.kernel_experts()]
     for cond in conditions:
         find(strategies.routing_configs(), cond, settings=first)

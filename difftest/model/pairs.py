@@ -23,7 +23,7 @@ strategy rejects most of its draws (Hypothesis' filter_too_much health check whi
 filter that few configurations meet, or none) is left out, neither measured nor steered, and counted as such.
 
 **Covered.** A pair is covered by a compared case (every status but skip) whose configuration has both values; a
-case without tokens computes nothing and covers only its pairs with num_tokens 0 (half of the plain draws have none).
+case without tokens computes nothing and covers only its pairs with num_tokens 0 (one draw in 50, strategies.py).
 Coverage = covered ∩ reachable / reachable, per (implementation, op) and overall: summary.json's ``pairwise``
 (percentages rounded down, so that 95 % printed is 95 % reached).
 
@@ -37,7 +37,8 @@ cases. The uncovered pairs are a snapshot taken when the wrapper is built, so th
 of one choice sequence see the same pairs throughout one fuzz_cell call; the campaign builds it again at every call
 (a timed campaign's turn). Shrinking moves toward not steering. One draw in three: the README's 120 s run on a
 2-core machine under load (some 4,500 cases, of them 200-300 moe layers, half without tokens) covered 89.6 % of the
-pairs unsteered, and 93.7, 96.2 and 95.0 % steering one draw in four, three and two (one run each). Steered draws
+pairs unsteered, and 93.7, 96.2 and 95.0 % steering one draw in four, three and two (one run each); with fewer than
+16 pairs left a draw in ceil(STEER_SPREAD / left) is steered (steered()). Steered draws
 stay inside the filters and what the implementation's ``unsupported`` accepts: a plug-in gets rarer combinations,
 never a case outside its space.
 """
@@ -204,7 +205,7 @@ def _search(op, configs, inside, unsupported):
 
 def inside_of(impl, op, filters=None, model=None):
     """The filters a cell of impl and op draws inside: --where, the implementation's space, the --model preset's."""
-    inside = for_impl(filters, impl, op)
+    inside = for_impl(filters, impl, op, model)
     if model:
         from . import presets
 
@@ -262,8 +263,9 @@ class Pairwise:
 def steered(configs, op, cell, odds=None):
     """`configs` with one draw in `odds` forced onto pairs the cell has not covered (module docstring); `configs`
     itself without a cell, with steering off, or with every reachable pair covered. The default odds are STEER_ODDS,
-    or one in STEER_SPREAD / (pairs left) when fewer than that many thirds are left: a turn's snapshot of a few
-    uncovered pairs would otherwise make a third of a fast op's turn the same few cases."""
+    or one in ceil(STEER_SPREAD / pairs left) when that is rarer (fewer than 16 left): a turn's snapshot of a few
+    uncovered pairs made a third of a fast op's turn the same few cases (with cases without tokens rare, the pairs
+    with num_tokens 0 are the last left: 119 of 493 quant cases in one five-second window)."""
     left = [] if cell is None or (STEER_ODDS if odds is None else odds) < 1 else cell.uncovered()
     if not left:
         return configs

@@ -4,7 +4,10 @@ Arrays are never drawn element by element (hypothesis.extra.numpy cannot draw bf
 shrink badly): a case is a configuration + a distribution name + a seed, and difftest/model/generate.py makes the
 bits. Shrinking therefore moves toward fewer tokens, smaller sizes, the first distribution ("normal") and
 seed 0. Size limits come from the environment once, at import (DIFFTEST_MAX_TOKENS, ..._EXPERTS,
-..._HIDDEN, ..._INTERMEDIATE), so a campaign can be widened without edits.
+..._HIDDEN, ..._INTERMEDIATE), so a campaign can be widened without edits. Small cases are the bulk; the kernels'
+limits (expert tiers, top_k, one-expert groups, path token counts, model widths) are regimes of a draw in N each
+(docs/architecture.md, "The case space"); the expert, top_k and token regimes are drawn after what the bulk draws in
+their place, so that shrinking out of one lands on the bulk's draw.
 """
 
 import functools

@@ -188,24 +188,27 @@ def from_space(space, owner="the plug-in", label=None):
     return out
 
 
-def unknown_fields(op, contract=1, capabilities=()):
+def unknown_fields(op, contract=1, capabilities=(), ranges=True):
     """{field: Constraint} holding the fields of `op` that an implementation of `contract` with `capabilities` does
-    not know at their neutral values (case.neutral_fields), and the widened ones within what was drawn before them
-    (case.neutral_ranges): they are never drawn otherwise for it."""
+    not know at their neutral values (case.neutral_fields), and (`ranges`) the widened ones within what the default
+    strategies drew before them (case.neutral_ranges): they are never drawn otherwise for it."""
     out = {field: Constraint((value,)) for field, value in neutral_fields(op, contract, capabilities).items()}
-    for field, spec in neutral_ranges(op, contract, capabilities).items():  # rejected outside: drawn as before
-        out[field] = parse(f"{field}={spec}")[1]._replace(redraw=False)
+    for field, spec in neutral_ranges(op, contract, capabilities).items() if ranges else ():
+        out[field] = parse(f"{field}={spec}")[1]._replace(redraw=False)  # rejected outside: drawn as before
     return out
 
 
-def for_impl(filters, impl, op=None):
+def for_impl(filters, impl, op=None, model=None):
     """The filters an implementation's cells draw inside: `filters` (--where) and its declared ``space``; with `op`,
-    also the fields of op added after its contract, at their neutral values (unknown_fields), unless those name them."""
+    also the fields of op added after its contract, at their neutral values, and without a `model` preset (which
+    draws its model's sizes for every contract) the widened ones within their earlier ranges (unknown_fields), unless
+    those name them."""
     space = getattr(impl, "space", None)
     inside = merge(filters or {}, {} if space is None else from_space(space, impl.name))
     if op is None:
         return inside
-    unknown = unknown_fields(op, getattr(impl, "contract", 1), tuple(getattr(impl, "capabilities", ()) or ()))
+    unknown = unknown_fields(op, getattr(impl, "contract", 1), tuple(getattr(impl, "capabilities", ()) or ()),
+                             ranges=not model)
     return merge(inside, {f: c for f, c in unknown.items() if f not in inside})
 
 

@@ -52,7 +52,7 @@ def campaign_cells(impl_refs, ops, model, filters=None):
             base = presets.configs(model, op) if model else None
             if model and base is None:
                 continue
-            inside = where.for_impl(filters, impl, op)  # --where, its space and its contract
+            inside = where.for_impl(filters, impl, op, model)  # --where, its space and its contract
             space = getattr(impl, "space", None)  # with what it says per slice
             found += [(impl, ref, op, configs) for _, configs in where.slices(op, inside, base, space)]
     return found
