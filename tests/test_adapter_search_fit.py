@@ -27,22 +27,27 @@ HEAVY = {"flashinfer.mono_moe"}
 # nor the single-field probing of difftest/model/learn.py can say: strict, so the day one meets it the test says so.
 SHORT = {
     "flashinfer.cutlass_fused_moe": "21 of 42 moe cases: block and size constraints of the CUTLASS FP8 path",
-    "flashinfer.fused_topk_deepseek": "42 of 60 (seeds 0-4: 79 %): its top_k <= topk_group · n_group",
     "flashinfer.trtllm_fp4_block_scale_moe": "0 of 20: declines every case until the case model carries NVFP4 "
                                              "activation global scales (its CALIBRATION; issue 36)",
 }
+
+
+# Adapters whose space states every limit of theirs, so that nothing is left to decline: at least nine in ten. The
+# fused_topk_deepseek kernel's top_k <= topk_group · n_group (group_slack) had been declined, a fifth of its draws
+# (42 of 60 here on seed 0, 79 % on seeds 0-4; 77.4 % compared on the H200 without a preset, docs/gpu.md).
+AT_LEAST = {"flashinfer.fused_topk_deepseek": 0.9}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=SHORT[n], strict=True))
                                   if n in SHORT else pytest.param(n, marks=pytest.mark.heavy) if n in HEAVY else n
                                   for n in dry_adapters.NAMES])
 def test_each_adapter_compares_most_of_what_its_campaign_draws(name):
-    """Each declined case is one the search learned from: at most one in five is declined, and the adapter
-    compares cases in every op it implements."""
+    """Each declined case is one the search learned from: at most one in five is declined (one in ten where the
+    adapter's space states all its limits, AT_LEAST), and the adapter compares cases in every op it implements."""
     impl = dry_adapters.DRY[name]
     for op in impl.ops:
         found = plugin.fuzz(f"{DRY}:{name.replace('.', '_')}", op, max_examples=FEWER.get(name, EXAMPLES[op]))
-        assert found.compared and found.compared >= 0.8 * found.drawn, (op, found)
+        assert found.compared and found.compared >= AT_LEAST.get(name, 0.8) * found.drawn, (op, found)
         assert not found.findings, found.findings  # the spec against itself under the adapter's recipe
 
 

@@ -162,6 +162,10 @@ def test_a_space_by_slice_narrows_only_the_slices_it_names():
 
 def test_derived_quantities_are_filtered_like_fields_and_rejected_outside():
     inside = where.merge(dict([where.parse("experts_per_group=2..32")]), dict([where.parse("one_expert_groups=false")]))
+    inside = where.merge(inside, dict([where.parse("group_slack=0..")]))
     (_, configs), = where.slices("routing", {**inside, "method": Constraint(("deepseek_v3",))}, None)
-    for c in _drawn("routing", configs, 100):
+    drawn = _drawn("routing", configs, 100)
+    for c in drawn:
         assert 2 <= c.num_experts // c.n_group <= 32 and not c.n_group == c.num_experts > 1, c
+        assert c.top_k <= c.topk_group * c.n_group, c  # group_slack: fused_topk_deepseek's joint limit
+    assert any(c.n_group > 1 for c in drawn)  # grouped cases stay: the filter rejects, it does not pin n_group to 1

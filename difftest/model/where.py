@@ -14,7 +14,8 @@ A plug-in declares the configurations it covers as ``space = {"method": "deepsee
 "logits_dtype": ["fp32", "bf16"]}`` (a value, a "LO..HI" string, or a list); ``fuzz --impl`` then draws
 only from it, intersected with ``--where``; a field's value may be a dict by slice (``"num_experts": {"llama4":
 "1..128", "topk": "1..256"}``: what it takes in each slice it names). A DERIVED quantity (``experts_per_group``,
-``one_expert_groups``) is filtered like a field, but a configuration outside it is rejected rather than redrawn.
+``one_expert_groups``, ``group_slack``) is filtered like a field, but a configuration outside it is rejected rather
+than redrawn.
 """
 
 import math
@@ -100,8 +101,9 @@ def _type_name(t):
 # Quantities that kernels constrain and no one field holds, named in a filter or a space like a field: a configuration
 # outside the filter is rejected, never redrawn. experts_per_group = num_experts / n_group: one warp holds a group (at
 # most 32); one_expert_groups: n_group > 1 groups of one expert each, whose top-2 group sum is the key (the spec) or
-# -inf (FlashInfer, SGLang).
-DERIVED = {"experts_per_group": "int", "one_expert_groups": "bool"}  # of routing and moe configurations
+# -inf (FlashInfer, SGLang); group_slack = topk_group · n_group − top_k: FlashInfer's fused_topk_deepseek takes
+# top_k <= topk_group · n_group only (slack >= 0), a limit on three fields that no one of them can state.
+DERIVED = {"experts_per_group": "int", "one_expert_groups": "bool", "group_slack": "int"}  # of routing and moe
 
 
 def field_types(op):
@@ -238,6 +240,8 @@ def _set(config, op, field, value):
 def _get(config, op, field):
     if field in DERIVED:
         r = config.routing if op == "moe" else config
+        if field == "group_slack":
+            return r.topk_group * r.n_group - r.top_k
         return r.num_experts // r.n_group if field == "experts_per_group" else r.n_group == r.num_experts > 1
     if op == "moe" and not hasattr(config, field):
         return getattr(config.routing, field)
