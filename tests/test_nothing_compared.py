@@ -1,6 +1,7 @@
 """Nothing that compared nothing is reported as success: a campaign cell whose every case was skipped is a
-pytest skip with the reasons, a fuzz run that compared no case and a replay of a directory without fixtures
-exit 2 with one line, and a plug-in that does not even import is a one-line error (exit 2, not 1: findings)."""
+pytest skip with the reasons, a fuzz run that compared no case (or only cases without tokens) and a replay of a
+directory without fixtures exit 2 with one line, and a plug-in that does not even import is a one-line error (exit 2,
+not 1: findings)."""
 
 import json
 import os
@@ -68,6 +69,18 @@ def test_fuzz_whose_cases_were_all_declined_exits_2(tmp_path, decliner):
     assert r.returncode == 2, r.stdout + r.stderr
     assert re.fullmatch(r"difftest: error: fuzz compared no case: all (\d+) cases were skipped: "
                         r"declines every case \(\1\)\n", r.stderr), r.stderr
+
+
+def test_fuzz_whose_compared_cases_all_had_no_tokens_exits_2(tmp_path):
+    """A plug-in that declines every case with tokens compares only cases without: nothing computed, no clean run
+    (it read "pass" with exit 0, issue 33)."""
+    path = tmp_path / "no_tokens.py"
+    path.write_text(DECLINER.replace('"declines every case"', '"tokens" if case.config.num_tokens else None'))
+    r = difftest("fuzz", "--impl", f"{path}:DECLINES", "--where", "num_tokens=0..1", "--max-examples", "10",
+                 "--seed", "0", "--workers", "1", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert re.fullmatch(r"difftest: error: fuzz compared no case with tokens: all [1-9]\d* compared cases had "
+                        r"num_tokens=0\n", r.stderr), r.stderr
 
 
 def test_fuzz_that_compared_cases_exits_0(tmp_path):
