@@ -244,10 +244,11 @@ def test_fuzz_reports_a_biased_cell(tmp_path, capsys):
     """`difftest fuzz` of the truncating accumulator: the moe cell's bias test makes it a finding (exit 1), in
     summary.json's bias_findings. Layers of at most 16 tokens and 1,024 wide keep it short (the planted accumulator is
     a Python loop over K); single cases fail it too now and then, where truncation moves a subnormal output a whole
-    ulp or a layer has tokens enough for its own bias test."""
+    ulp or a layer has tokens enough for its own bias test (on seed 3 they did, and shrinking them and searching on
+    took 27 CPU s; seed 1, 14 CPU s, as the test cost before the case space reached the kernels' limits)."""
     sys.path.insert(0, "tests")
     code = main(["fuzz", "--impl", "tests/planted_bugs.py:TRUNCATING_ACC", "--op", "moe", "--max-examples", "200",
-                 "--workers", "1", "--seed", "3", "--where", "T=..16", "--where", "hidden_size=..1024",
+                 "--workers", "1", "--seed", "1", "--where", "T=..16", "--where", "hidden_size=..1024",
                  "--out", str(tmp_path / "run")])
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert code == 1
