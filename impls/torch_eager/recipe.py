@@ -18,7 +18,8 @@ _BASE = dict(logits="fp32", bias="fp32", sigmoid="exact", exp="rn", routing_weig
              routing_bias_add="fp32", routing_group_scores="fp32", routing_renorm="fp32",
              act_quant_variant="div", act_scale_formula="div448",
              gemm_acc="fp32", gemm1_out="bf16", act_compute="fp32", act_out="bf16", requant_intermediate=True,
-             requant_variant="div", requant_scale_formula="div448", requant_group=128, mx_rule="ceil448",
+             requant_variant="div", requant_scale_formula="div448", requant_group=128, gemm1_out_quant=False,
+             gemm1_out_quant_variant="div", gemm1_out_quant_scale_formula="div448", mx_rule="ceil448",
              router_weight_at="gemm2", expert_out="bf16", combine="fp32", subnormals="keep",
              out="bf16", tie_rule="lower_index", shared_weight="routed_sum_over_rsf", weight_quant_variant="div",
              weight_scale_formula="div448")
