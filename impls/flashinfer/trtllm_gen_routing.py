@@ -186,7 +186,7 @@ def kernel_path(config, sms=132):
         return "custom/block" if T <= 4 else "custom/dyn_block"
     if T <= 256:
         return "custom/cluster"
-    tier = min(1024, _tier(CUSTOM_TIERS[c.method], c.num_experts, k))
+    tier = min(1024, _tier(sorted({e for e, _ in CUSTOM_TIERS[c.method]}), c.num_experts))  # numThreadsHist: by E
     return "custom/coop" if T <= (sms - RESERVED_SMS) * tier * 64 // k else "custom/histogram"
 
 
