@@ -3,15 +3,18 @@ tests/dry_adapters.py runs each adapter's own unsupported(), contract, space and
 place of the kernel's, so the draws and declines are the adapter's. Counted in examples, never seconds; the share
 after 30 s of the plain command is a benchmark (benchmarks/search_fit.py)."""
 
+import types
 from pathlib import Path
 
 import dry_adapters
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from difftest import plugin
-from difftest.model import presets
+from difftest.model import presets, where
 from difftest.running import campaign
 from difftest.running.run import campaign_cells
+from impls.flashinfer import trtllm_gen_routing as routing
 
 DRY = Path(__file__).resolve().with_name("dry_adapters.py")
 
@@ -35,7 +38,12 @@ SHORT = {
 # Adapters whose space states every limit of theirs, so that nothing is left to decline: at least nine in ten. The
 # fused_topk_deepseek kernel's top_k <= topk_group · n_group (group_slack) had been declined, a fifth of its draws
 # (42 of 60 here on seed 0, 79 % on seeds 0-4; 77.4 % compared on the H200 without a preset, docs/gpu.md).
-AT_LEAST = {"flashinfer.fused_topk_deepseek": 0.9}
+# The trtllm-gen adapters and SGLang's v1 quantizer state their joint limits (routingCustom's (E, top_k) tiers per
+# method, I >= 64 for the activation kernel, UE8M0 only packed at K/128): on the H200 without a preset no-GEMM had
+# compared 85.7 % and v1 55 %; here (60 examples a slice, learning declines) routing 474 → 540 of 482 → 541, no-GEMM
+# 113 → 120 of 120, v1 59 → 60 of 60; without learning, test_a_space_never_draws_what_its_kernel_refuses_jointly.
+AT_LEAST = {"flashinfer.fused_topk_deepseek": 0.9, "flashinfer.trtllm_gen_routing": 0.9,
+            "flashinfer.trtllm_gen_nogemm": 0.9, "sglang.per_token_group_quant_8bit_v1": 0.9}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=SHORT[n], strict=True))
@@ -69,3 +77,70 @@ def test_a_preset_campaign_draws_the_kernels_own_settings(name, model):
                                  hypothesis_settings=campaign.cli_settings(PRESET_EXAMPLES), refusals=None)
         assert res.compared >= 0.8 * res.examples, (op, res.compared, res.examples, res.skips)
         assert not res.finding, res.finding
+
+
+def drawn(name, examples):
+    """The configurations of `examples` draws of each campaign cell of an adapter (no --where, preset or learning)."""
+    impl, out = dry_adapters.DRY[name], []
+    for _, _, _, configs in campaign_cells([f"{DRY}:{name.replace('.', '_')}"], impl.ops, None):
+        @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(configs)
+        def draw(config):
+            out.append(config)
+
+        draw()
+    return out
+
+
+def declined(name, config):
+    return dry_adapters.DRY[name].unsupported(types.SimpleNamespace(config=config))
+
+
+# The limits each space states jointly (difftest/model/where.py conditions) and the declines that name them: on the
+# H200 without a preset, routingCustom refused (E, top_k) pairs of no compiled tier ((9, 9), (19, 9), (48, 31),
+# (127, 9)), and nogemm and the v1 quantizer declined the others, 402 and 6,301 draws.
+STATED = {"flashinfer.trtllm_gen_routing": ("no compiled routingCustom tier", "kernel tier", "no scaling factor"),
+          "flashinfer.trtllm_gen_nogemm": ("no compiled routingCustom tier", "kernel tier", "no scaling factor",
+                                          "needs I >= 64", "always renormalize"),
+          "sglang.per_token_group_quant_8bit_v1": ("ue8m0 with",)}
+
+
+@pytest.mark.parametrize("name", sorted(STATED))
+def test_a_space_never_draws_what_its_kernel_refuses_jointly(name):
+    """No draw of these adapters' cells is declined for a limit their space states; the draws still reach the limits'
+    edges (routing: top_k above 8 where a tier holds it; UE8M0 scales), so the space narrowed no more than it must."""
+    configs = drawn(name, {"sglang.per_token_group_quant_8bit_v1": 150}.get(name, 60))
+    why = [w for w in (declined(name, c) for c in configs) if w and any(s in w for s in STATED[name])]
+    assert not why, why[:3]
+    if name == "sglang.per_token_group_quant_8bit_v1":
+        assert sum(c.scale_fmt == "ue8m0" for c in configs) >= 10
+        return
+    r = [getattr(c, "routing", c) for c in configs]
+    if name == "flashinfer.trtllm_gen_nogemm":  # a moe layer's top_k above 8 is rarer: none in these 120
+        assert any(c.activation == "swiglu" for c in configs) and any(c.method == "topk" for c in r)
+    else:
+        assert any(c.top_k > 8 for c in r) and any(c.top_k > 8 and c.method == "renormalize" for c in r)
+    assert all(routing._tier(routing.CUSTOM_TIERS[c.method], c.num_experts, c.top_k) for c in r
+               if c.method in routing.CUSTOM_TIERS and not (c.method == "deepseek_v3" and c.n_group > 1))
+
+
+def test_the_routing_tiers_cover_what_the_space_draws_and_no_more():
+    """routingCustom's tiers as the space states them: the four pairs refused on the H200 are outside, each method's
+    largest tier inside, and the decline names the tier in one line."""
+    for method, E, k in (("topk", 19, 9), ("sigmoid", 48, 31), ("default", 127, 9), ("topk_sigmoid", 9, 9)):
+        config = routing_config(method, E, k)
+        why = routing.unsupported(config)
+        assert why and "no compiled routingCustom tier covers" in why and "\n" not in why, (method, why)
+        assert not where.from_space(routing.SPACE, label=method)["top_k"].allows(k)
+    for method, tiers in routing.CUSTOM_TIERS.items():
+        E, k = tiers[-1]
+        assert routing.unsupported(routing_config(method, E, k)) is None or method == "deepseek_v3", method
+
+
+def routing_config(method, E, k):
+    from difftest.model.case import RoutingConfig
+
+    biased = method in ("minimax2", "deepseek_v3")
+    return RoutingConfig(method=method, num_tokens=3, num_experts=E, top_k=k, renormalize=biased or method.endswith(
+        "renorm"), bias_dtype="fp32" if biased else None, eps=routing.EPS)

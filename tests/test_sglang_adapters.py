@@ -264,6 +264,31 @@ def test_quant_adapters_pass_with_the_documented_kernel(fake_kernels, name, conf
         assert r.status == "pass", r.message
 
 
+def test_a_v1_campaign_draws_only_what_the_kernel_takes_and_it_passes(fake_kernels):
+    """The v1 quantizer's space states UE8M0's joint limit (packed scales, K/128 groups): a campaign cell's draws are
+    never declined (55 % were compared on the H200 before: 3,503 row-major and 2,798 non-128 UE8M0 draws declined) and
+    still hold UE8M0 ones, which pass on the documented kernel."""
+    from hypothesis import HealthCheck, given, settings
+
+    from difftest.running.run import campaign_cells
+
+    (_, _, _, configs), = campaign_cells([V1.NAME], ("quant",), None)
+    drawn = []
+
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(configs)
+    def draw(config):
+        drawn.append(config)
+
+    draw()
+    assert [V1.unsupported(c) for c in drawn] == [None] * len(drawn)
+    ue8m0 = [c for c in drawn if c.scale_fmt == "ue8m0"]
+    assert len(ue8m0) >= 5 and {c.layout for c in drawn} > {"ue8m0_packed"}
+    for i, config in enumerate(ue8m0[:5]):
+        r = check.run_case(on_cpu("per_token_group_quant_8bit_v1"), Case("quant", config, "normal", i))
+        assert r.status == "pass", r.message
+
+
 @pytest.mark.parametrize("layout", ["col", "col_tma", "ue8m0_packed"])
 def test_scales_written_row_major_into_a_column_major_buffer_fail(fake_kernels, layout):
     fake_kernels.sgl_per_token_group_quant_8bit = lambda *a, **k: fake_quant(*a, **k, row_major_writes=True)

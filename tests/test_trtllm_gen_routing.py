@@ -126,6 +126,9 @@ def test_launch_failures_seen_on_the_h200_are_declared_limits():
         assert tg.NO_BIAS_CRASH in tg.unsupported(no_bias)
         assert tg.unsupported(dataclasses.replace(no_bias, bias_dtype="fp32")) is None
     assert tg.unsupported(DSV3) is None and DSV3.bias_dtype is None  # the grouped kernel checks for a null bias
+    # the campaign without a preset after the case space reached top_k 32: no Tier<E, K> with K >= top_k
+    assert "tier covers num_experts=9, top_k=9" in tg.unsupported(RoutingConfig("topk", 1, 9, 9))
+    assert tg.unsupported(RoutingConfig("renormalize", 1, 48, 31)) is None
     # session 4 (tiles 1-256): FlashInfer's top_k < topk_group·E/n_group check holds ungrouped too (E = 1, top-1)
     one = RoutingConfig("deepseek_v3", 1, 1, 1, eps=tg.EPS, bias_dtype="fp32")
     assert "top_k < topk_group·E/n_group" in tg.unsupported(one)

@@ -169,3 +169,22 @@ def test_derived_quantities_are_filtered_like_fields_and_rejected_outside():
         assert 2 <= c.num_experts // c.n_group <= 32 and not c.n_group == c.num_experts > 1, c
         assert c.top_k <= c.topk_group * c.n_group, c  # group_slack: fused_topk_deepseek's joint limit
     assert any(c.n_group > 1 for c in drawn)  # grouped cases stay: the filter rejects, it does not pin n_group to 1
+
+
+def test_a_joint_limit_holds_where_its_condition_does_and_nowhere_else():
+    """A space key "FIELD=A,B" limits a field where another field is A or B (SGLang's v1 quantizer: UE8M0 only packed
+    at 128; a moe cell's method, which no slice names): redrawn inside, the other draws as before; a bad key is the
+    one-line error of a bad filter."""
+    space = {"layout": {"scale_fmt=ue8m0": "ue8m0_packed"}, "group_size": {"scale_fmt=ue8m0": 128}}
+    assert [w[::2] for w in where.conditions(space)] == [("scale_fmt", "layout"), ("scale_fmt", "group_size")]
+    (_, configs), = where.slices("quant", {"scheme": Constraint(("fp8_group",))}, None, space)
+    drawn = _drawn("quant", configs, 150)
+    ue8m0 = [c for c in drawn if c.scale_fmt == "ue8m0"]
+    assert ue8m0 and all(c.layout == "ue8m0_packed" and c.group_size == 128 for c in ue8m0)
+    assert {c.layout for c in drawn} > {"ue8m0_packed"} and {c.group_size for c in drawn} > {128}
+    moe = where.slices("moe", {}, None, {"top_k": {"method=topk,sigmoid": "1..2"}})
+    routed = [c.routing for _, cells in moe for c in _drawn("moe", cells, 40)]
+    assert all(r.top_k <= 2 for r in routed if r.method in ("topk", "sigmoid"))
+    assert any(r.top_k > 2 for r in routed) and any(r.method in ("topk", "sigmoid") for r in routed)
+    with pytest.raises(WhereError, match="is not one of"):
+        where.conditions({"top_k": {"method=foo": "1..2"}})

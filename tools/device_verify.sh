@@ -82,8 +82,8 @@ if want repro && fits 150 "fixture reproducers"; then
 fi
 
 step "2b. replay of every GPU fixture (each must fail as recorded: its stored signatures)"
-if want replay && fits 120 "GPU fixture replay"; then
-  timeout -k 5 100 python3 -m difftest replay -v fixtures/flashinfer-* fixtures/sglang-* fixtures/*torch-cuda-* \
+if want replay && fits 190 "GPU fixture replay"; then  # 100 s ran out before the SGLang fixtures (16 GPU fixtures)
+  timeout -k 5 170 python3 -m difftest replay -v fixtures/flashinfer-* fixtures/sglang-* fixtures/*torch-cuda-* \
     --skip-unavailable > "$O/replay.txt" 2>&1
   echo "replay exit $?"; tail -n 25 "$O/replay.txt"
 fi

@@ -13,7 +13,10 @@ usage error.
 A plug-in declares the configurations it covers as ``space = {"method": "deepseek_v3", "top_k": "1..8",
 "logits_dtype": ["fp32", "bf16"]}`` (a value, a "LO..HI" string, or a list); ``fuzz --impl`` then draws
 only from it, intersected with ``--where``; a field's value may be a dict by slice (``"num_experts": {"llama4":
-"1..128", "topk": "1..256"}``: what it takes in each slice it names). A DERIVED quantity (``experts_per_group``,
+"1..128", "topk": "1..256"}``: what it takes in each slice it names), and a dict key "FIELD=VALUE" (or
+"FIELD=A,B,C") makes it what the field takes where another field has that value, a joint limit (``"layout":
+{"scale_fmt=ue8m0": "ue8m0_packed"}``; ``"top_k": {"method=topk,sigmoid": "1..8"}`` in any slice: a moe cell's
+method too). A DERIVED quantity (``experts_per_group``,
 ``one_expert_groups``, ``group_slack``) is filtered like a field, but a configuration outside it is rejected rather
 than redrawn.
 """
@@ -190,6 +193,19 @@ def from_space(space, owner="the plug-in", label=None):
     return out
 
 
+def conditions(space):
+    """[(condition field, Constraint, field, Constraint)] of a space's "FIELD=VALUE" keys (from_space skips them): the
+    field takes the second where the condition field's value is inside the first."""
+    out = []
+    for field, value in (space or {}).items() if isinstance(space, dict) else ():
+        for key, limit in value.items() if isinstance(value, dict) else ():
+            if "=" in str(key):
+                if isinstance(limit, (list, tuple)):
+                    limit = ",".join("none" if v is None else str(v) for v in limit)
+                out.append((*parse(key), *parse(f"{field}={'none' if limit is None else limit}")))
+    return out
+
+
 def unknown_fields(op, contract=1, capabilities=(), ranges=True):
     """{field: Constraint} holding the fields of `op` that an implementation of `contract` with `capabilities` does
     not know at their neutral values (case.neutral_fields), and (`ranges`) the widened ones within what the default
@@ -248,27 +264,36 @@ def _get(config, op, field):
     return getattr(config, field)
 
 
-def restrict(configs, op, where):
-    """The configurations of `configs` inside `where`: a field outside its filter is redrawn from the filter (a
-    value set, or a range closed at both ends), and a configuration outside an open range ("1..": nothing says how
-    far to draw) or that then breaks a case constraint is rejected (assume), never run."""
-    if not where:
+def restrict(configs, op, where, when=()):
+    """The configurations of `configs` inside `where` and the joint limits `when` (conditions()): a field outside its
+    filter is redrawn from the filter (a value set, or a range closed at both ends), and a configuration outside an
+    open range ("1..": nothing says how far to draw) or that then breaks a case constraint is rejected (assume), never
+    run."""
+    when = [w for w in when if applies(op, {w[0]: 0, w[2]: 0})]
+    if not where and not when:
         return configs
     types = field_types(op)
+
+    def inside(draw, config, field, c):
+        if field in DERIVED or c.allows(_get(config, op, field)):
+            return config
+        assume(c.redraw and (c.values is not None or math.isfinite(c.lo) and math.isfinite(c.hi)))
+        return _set(config, op, field, draw(c.strategy(types[field].startswith("int")), label=field))
 
     @st.composite
     def restricted(draw):
         config = draw(configs)
         for field, c in where.items():
-            if field not in DERIVED and not c.allows(_get(config, op, field)):
-                assume(c.redraw and (c.values is not None or math.isfinite(c.lo) and math.isfinite(c.hi)))
-                value = draw(c.strategy(types[field].startswith("int")), label=field)
-                config = _set(config, op, field, value)
+            config = inside(draw, config, field, c)
+        for if_field, if_c, field, c in when:  # after the fields they depend on are inside
+            if if_c.allows(_get(config, op, if_field)):
+                config = inside(draw, config, field, c)
         try:
             CHECKS[op](config)
         except CaseError:
             assume(False)
         assume(all(c.allows(_get(config, op, field)) for field, c in where.items() if field in DERIVED))
+        assume(all(c.allows(_get(config, op, field)) for f, if_c, field, c in when if if_c.allows(_get(config, op, f))))
         return config
 
     return restricted()
@@ -282,8 +307,9 @@ def slices(op, where, base, space=None):
 
     if not applies(op, where):
         return []
+    when = conditions(space)
     if base is not None:
-        return [("model", restrict(base, op, where))]
+        return [("model", restrict(base, op, where, when))]
     key = strategies.SLICES[op][0]
     out = []
     for label, configs in _slices(op):
@@ -295,7 +321,7 @@ def slices(op, where, base, space=None):
             continue
         if op == "moe" and any(f in own for f in MOE_STRATEGY_FIELDS):
             configs = _moe_configs(label, own, strategies)
-        out.append((label, restrict(configs, op, own)))
+        out.append((label, restrict(configs, op, own, when)))
     return out
 
 

@@ -46,11 +46,27 @@ def available():
 
     return routing.available() or jit.export_headers()[1]
 
-# What unsupported() takes, field by field (difftest/model/where.py); it keeps the sizes and the routing stage's limits.
+
+def _by_method(limits):
+    """{method: limit} -> a space's joint limit {"method=A,B": limit} (difftest/model/where.py), one key per limit."""
+    groups = {}
+    for method, limit in limits.items():
+        groups.setdefault(limit, []).append(method)
+    return {"method=" + ",".join(methods): limit for limit, methods in groups.items()}
+
+
+# What unsupported() takes, field by field and jointly (difftest/model/where.py): per method, the routing stage's expert
+# and top_k tiers, which methods scale and always renormalize and MiniMax2's bias; I >= 64 where the activation kernel
+# runs (swiglu). It keeps the sizes and the routing stage's other limits.
 SPACE = {"quant": list(QUANTS), "hidden_dtype": "bf16", "activation": list(ACTIVATIONS), "scale_fmt": "fp32",
          "expert_weights": "prepared", "num_fused_shared_experts": 0, "router_weight_on_input": False,
          "rsf_placement": "routing", "logits_dtype": ["fp32", "bf16"], "num_tokens": "1..", "eps": routing.EPS,
-         "method": list(routing.SPACE["method"])}
+         "method": list(routing.SPACE["method"]),
+         "num_experts": _by_method(routing.SPACE["num_experts"]), "top_k": _by_method(routing.SPACE["top_k"]),
+         "routed_scaling_factor": {"method=" + ",".join(routing.SPACE["routed_scaling_factor"]): [None, 1.0]},
+         "renormalize": {"method=" + ",".join(routing.SCALED): True},
+         "bias_dtype": {"method=minimax2": ["fp32", "bf16"]},
+         "intermediate_size": {"activation=swiglu": "64.."}}
 
 
 def unsupported(config):

@@ -40,17 +40,24 @@ DEFAULT_TILE = 8  # FlashInfer's default tile_tokens_dim
 UNWRITTEN = -7
 PERMUTATION_KEYS = ("total_num_padded_tokens", "expanded_idx_to_permuted_idx", "permuted_idx_to_token_idx",
                     "cta_idx_xy_to_batch_idx", "cta_idx_xy_to_mn_limit", "num_non_exiting_ctas")
-# routingCustom's instantiated expert tiers per method (the Tier<E, K> of each PolicyTraits list,
-# RoutingCustomPolicy.cuh:825-898; all hold top_k <= 8) and the grouped DeepSeekV3 kernel's (deepseek.cu:66-79):
-# the dispatched tier sizes the histogram kernels' thread count, and E above a method's last tier fails at launch
-# ("no compiled tier covers numExperts=…"). Llama4's kernel takes at most 128 experts (llama4.cu:536).
-CUSTOM_TIERS = {"default": (128, 256), "sigmoid_renorm": (128, 256), "sigmoid": (128, 256),
-                "topk_sigmoid": (128, 256), "topk": (128, 256),
-                "renormalize": (128, 160, 256, 512, 576, 768, 896, 1024, 2048),
-                "renormalize_naive": (128, 160, 256, 512, 576, 768, 896, 1024, 2048),
-                "minimax2": (128, 256, 384, 512, 896, 1024), "deepseek_v3": (128, 256, 384, 512, 896, 1024)}
+# routingCustom's compiled (num_experts, top_k) tiers per method: the Tier<E, K> of its policy's PolicyTraits list
+# (RoutingCustomPolicy.cuh:824-899; the method's policy: runner.cu:65-80, 116-128, 286-312). The runner dispatches the
+# first tier with E >= num_experts and K >= top_k and refuses a pair no tier covers ("no compiled tier covers
+# numExperts=... topK=...", custom.cuh:1709-1745, 1789-1794). The cluster path keeps a subset of the list
+# (custom.cuh:706-722) and the large-batch Renormalize path a superset (:980-983); each list's last tier, which holds
+# its largest E and its largest K, is in all of them, so a pair is covered on every path iff E and k are within it.
+# The grouped DeepSeekV3 kernel's tiers: deepseek.cu:66-79; Llama4's kernel takes <= 128 experts (llama4.cu:536).
+_SMALL = ((128, 8), (256, 8))  # Softmax+NoOp, Sigmoid+SumNormalize, NoOp+Sigmoid, NoOp+NoOp: Policy.cuh:832-899
+_SOFTMAX_POST = ((128, 4), (128, 8), (160, 8), (256, 8), (256, 16), (512, 8), (512, 16), (512, 22), (512, 32),
+                 (576, 8), (768, 32), (896, 16), (1024, 32), (2048, 32))  # NoOp+Softmax, Policy.cuh:840-857
+_SIGMOID_BIAS = ((128, 8), (256, 8), (384, 8), (512, 8), (512, 22), (896, 16), (1024, 32))  # Policy.cuh:871-880
+CUSTOM_TIERS = {"default": _SMALL, "sigmoid_renorm": _SMALL, "sigmoid": _SMALL, "topk_sigmoid": _SMALL, "topk": _SMALL,
+                "renormalize": _SOFTMAX_POST, "renormalize_naive": _SOFTMAX_POST,
+                "minimax2": _SIGMOID_BIAS, "deepseek_v3": _SIGMOID_BIAS}
 GROUPED_TIERS = (128, 256, 384, 512)
-MAX_EXPERTS = {**{m: tiers[-1] for m, tiers in CUSTOM_TIERS.items()}, "llama4": 128}
+MAX_EXPERTS = {**{m: tiers[-1][0] for m, tiers in CUSTOM_TIERS.items()}, "llama4": 128}
+MAX_TOP_K = {**{m: tiers[-1][1] for m, tiers in CUSTOM_TIERS.items()}, "llama4": 1}
+SCALED = ("deepseek_v3", "minimax2")  # the methods whose kernels apply routed_scaling_factor
 RESERVED_SMS = 8  # getCoopLaunchSMCounts' default reserve (Kernel.cuh:49-96)
 NO_BIAS_CRASH = "flashinfer-trtllm_gen_routing-no_bias_ungrouped"  # open fixture
 LLAMA4_SHARD = "flashinfer-trtllm_gen_routing-llama4_warp_path_shard"  # open fixture: global ids in a shard's tiles
@@ -77,12 +84,17 @@ def available():
     return first_problem(flashinfer_problem, _capability_problem, _headers_problem)
 
 
-# What unsupported() takes, field by field and, for the expert counts, per method (difftest/model/where.py): a
+# What unsupported() takes, field by field and, for most of them, per method (difftest/model/where.py): a
 # campaign, around a model preset too, draws the kernels' own eps (a method that does not renormalize reads none),
-# token range and largest expert tier (the grouped DeepSeekV3 kernel's 512 are within its ungrouped 1024), not learning
-# them from declines. It keeps the other limits.
+# token range, largest expert tier and top_k (the grouped DeepSeekV3 kernel's 512 experts and binding's top_k <= 22 are
+# within its ungrouped 1024 / 32), which methods scale and always renormalize, MiniMax2's bias and that only DeepSeekV3
+# fuses shared experts, not learning them from declines. It keeps the other limits.
 SPACE = {"method": list(METHODS), "logits_dtype": ["fp32", "bf16"], "num_tokens": "1..", "eps": EPS,
-         "num_experts": {method: f"1..{most}" for method, most in MAX_EXPERTS.items()}}
+         "num_experts": {method: f"1..{most}" for method, most in MAX_EXPERTS.items()},
+         "top_k": {method: f"1..{most}" for method, most in MAX_TOP_K.items()},
+         "routed_scaling_factor": {method: [None, 1.0] for method in METHODS if method not in SCALED},
+         "renormalize": {method: True for method in SCALED}, "bias_dtype": {"minimax2": ["fp32", "bf16"]},
+         "num_fused_shared_experts": {method: 0 for method in METHODS if method != "deepseek_v3"}}
 
 
 def unsupported(config):
@@ -98,6 +110,10 @@ def unsupported(config):
         return f"logits_dtype {c.logits_dtype!r}: the kernels read fp32 or bf16 logits"
     if E > MAX_EXPERTS[c.method] and not (c.method == "deepseek_v3" and G > 1):
         return f"{c.method}: num_experts={E} > {MAX_EXPERTS[c.method]}, the largest compiled kernel tier"
+    custom = c.method in CUSTOM_TIERS and not (c.method == "deepseek_v3" and G > 1)
+    if custom and _tier(CUSTOM_TIERS[c.method], E, k) is None:
+        return (f"{c.method}: no compiled routingCustom tier covers num_experts={E}, top_k={k} (its largest Tier<E, K> "
+                f"is {CUSTOM_TIERS[c.method][-1]}, RoutingCustomPolicy.cuh PolicyTraits)")
     if c.bias_dtype is None and (c.method == "minimax2" or c.method == "deepseek_v3" and G == 1):
         return (f"{c.method} without a bias on the routingCustom kernel reads the bias through a null pointer "
                 f"(illegal memory access): open fixture {NO_BIAS_CRASH}")
@@ -107,7 +123,7 @@ def unsupported(config):
         return f"eps={c.eps}: the renormalizing kernels divide by Σ + {EPS}"
     if c.method in ("deepseek_v3", "minimax2") and not c.renormalize:
         return f"renormalize=False: the {c.method} kernels always renormalize"
-    if c.method not in ("deepseek_v3", "minimax2") and c.routed_scaling_factor not in (None, 1.0):
+    if c.method not in SCALED and c.routed_scaling_factor not in (None, 1.0):
         return f"routed_scaling_factor={c.routed_scaling_factor}: {c.method} kernels apply no scaling factor"
     if c.method == "deepseek_v3":
         if G > 1:
@@ -146,8 +162,10 @@ def recipe_for(config):
 
 
 
-def _tier(tiers, n):
-    return next(t for t in tiers if t >= n)
+def _tier(tiers, n, k=None):
+    """The first tier of `tiers` (expert counts, or routingCustom's (E, K) pairs with top_k `k`) covering n experts:
+    its expert count; None where none does."""
+    return next((t if k is None else t[0] for t in tiers if (t >= n if k is None else t[0] >= n and t[1] >= k)), None)
 
 
 def kernel_path(config, sms=132):
@@ -168,7 +186,7 @@ def kernel_path(config, sms=132):
         return "custom/block" if T <= 4 else "custom/dyn_block"
     if T <= 256:
         return "custom/cluster"
-    tier = min(1024, _tier(CUSTOM_TIERS[c.method], c.num_experts))
+    tier = min(1024, _tier(sorted({e for e, _ in CUSTOM_TIERS[c.method]}), c.num_experts))  # numThreadsHist: by E
     return "custom/coop" if T <= (sms - RESERVED_SMS) * tier * 64 // k else "custom/histogram"
 
 

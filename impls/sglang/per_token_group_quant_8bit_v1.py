@@ -19,7 +19,10 @@ NAME = "sglang.per_token_group_quant_8bit_v1"
 OP = "quant"
 DETERMINISTIC = True
 RECIPE = None
-SPACE = {"scheme": "fp8_group", "variant": _wrapper.VARIANT["v1"], "scale_formula": _wrapper.SCALE_FORMULA}
+# UE8M0 scales only as SGLang allocates them for DeepGEMM: packed, K/128 groups (the wrapper's _unsupported), a joint
+# limit on three fields (difftest/model/where.py); with fp32 scales v1 draws every group size and layout
+SPACE = {"scheme": "fp8_group", "variant": _wrapper.VARIANT["v1"], "scale_formula": _wrapper.SCALE_FORMULA,
+         "layout": {"scale_fmt=ue8m0": "ue8m0_packed"}, "group_size": {"scale_fmt=ue8m0": 128}}
 
 
 def available():
