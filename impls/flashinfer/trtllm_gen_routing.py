@@ -51,6 +51,11 @@ CUSTOM_TIERS = {"default": (128, 256), "sigmoid_renorm": (128, 256), "sigmoid": 
                 "minimax2": (128, 256, 384, 512, 896, 1024), "deepseek_v3": (128, 256, 384, 512, 896, 1024)}
 GROUPED_TIERS = (128, 256, 384, 512)
 MAX_EXPERTS = {**{m: tiers[-1] for m, tiers in CUSTOM_TIERS.items()}, "llama4": 128}
+# A tier is a pair Tier<E, K>, dispatched for num_experts <= E and top_k <= K (RoutingCustomPolicy.cuh:776-812). These
+# methods' policies list Tier<128, 8> and Tier<256, 8> only (:829-837, :863-867, :887-898): top_k above 8 has no
+# kernel ("no compiled tier covers numExperts=… topK=…", a RuntimeError; H200, 2 December, top_k 9 and 31). The other
+# methods' lists pair larger E with K up to 32 (not modelled here).
+CUSTOM_MAX_TOPK = {m: 8 for m in ("default", "sigmoid_renorm", "sigmoid", "topk_sigmoid", "topk")}
 RESERVED_SMS = 8  # getCoopLaunchSMCounts' default reserve (Kernel.cuh:49-96)
 NO_BIAS_CRASH = "flashinfer-trtllm_gen_routing-no_bias_ungrouped"  # open fixture
 LLAMA4_SHARD = "flashinfer-trtllm_gen_routing-llama4_warp_path_shard"  # open fixture: global ids in a shard's tiles
@@ -124,6 +129,8 @@ def unsupported(config):
         return f"DeepSeekV3 needs top_k < topk_group·E/n_group ({k} >= {tg * (E // G)}; FlashInfer's argument check)"
     if c.method == "deepseek_v3" and k > (8 if E <= 384 else 22):
         return f"DeepSeekV3: top_k={k} above the binding's limit for E={E} (8 up to 384 experts, else 22)"
+    if k > CUSTOM_MAX_TOPK.get(c.method, k):
+        return f"{c.method}: top_k={k} > {CUSTOM_MAX_TOPK[c.method]}, no compiled kernel tier covers it"
     if c.method == "llama4" and k != 1:
         return "llama4 needs top_k == 1"
     if c.bias_dtype is not None and c.method not in ("deepseek_v3", "minimax2"):
