@@ -498,3 +498,43 @@ def test_every_failing_output_is_listed_first_in_output_order():
     v = check.compared(fx.case, fx.inputs, nan_out, None, "t")  # the scale right, the codes NaN
     assert v.failures == (compare.Failure("out", "nan"),) and v.message.startswith("out (bf16 value)[0, 0]=nan")
     assert check.compared(fx.case, fx.inputs, want, None, "t").ok
+
+
+def _fused_gate_case(shared_nan_row):
+    """SGLang's moe_fused_gate (bf16) on the H200 (fixture routing-sglang.moe_fused_gate_bf16-ffe3dc67a210, row 18):
+    logits [-88.5, -4928, -1336, -1056], top-1 plus one fused shared expert, eps 0. σ(-88.5) ≈ 3.6e-39 is an fp32
+    subnormal, flushed to 0 by the fast-math sigmoid, so output_sum = 0 and the kernel's rescale divides every slot,
+    the shared one (output_sum / rsf = 0) included, by 0: NaN in both. Row 1 is an ordinary token."""
+    from spec.recipes import SGLANG_MOE_FUSED_GATE_BF16 as recipe
+
+    cfg = RoutingConfig("deepseek_v3", 2, 4, 1, logits_dtype="bf16", num_fused_shared_experts=1)
+    logits = np.array([[-88.5, -4928.0, -1336.0, -1056.0], [1.0, -2.0, 0.5, 0.0]], np.float32)
+    inputs = {"logits": logits}
+    spec = impl_spec.route(cfg, inputs, recipe)
+    w = spec.weights.astype(np.float32).copy()
+    w[0] = np.nan  # the kernel's row 0: routed 0·rcp(0) and shared 0/0
+    if shared_nan_row is not None:
+        w[shared_nan_row, -1] = np.nan
+    out = {"ids": spec.ids.astype(np.int32), "weights": w}
+    return compare.compare_routing(Case("routing", cfg, "large", 0), inputs, out, recipe, "t")
+
+
+def test_shared_weight_nan_accepted_only_where_every_routed_score_flushes():
+    assert _fused_gate_case(None).ok  # row 0: the recipe's FTZ 0/0, routed and shared alike
+    v = _fused_gate_case(1)  # a NaN shared weight where the routed score is normal is still a failure
+    assert not v.ok and "weights[:, shared][1, 0]=nan" in v.message, v.message
+
+
+def test_constant_shared_weight_never_nan():
+    """shared_weight "one" (trtllm-gen, DeepSeek-V3): no division reaches the shared slot, so a NaN there fails
+    even on a row whose routed scores all flush."""
+    from spec.recipes import SGLANG_MOE_FUSED_GATE_BF16
+
+    recipe = SGLANG_MOE_FUSED_GATE_BF16.but(name="one", shared_weight="one")
+    cfg = RoutingConfig("deepseek_v3", 1, 4, 1, logits_dtype="bf16", num_fused_shared_experts=1)
+    inputs = {"logits": np.array([[-88.5, -4928.0, -1336.0, -1056.0]], np.float32)}
+    spec = impl_spec.route(cfg, inputs, recipe)
+    w = np.full(spec.weights.shape, np.nan, np.float32)
+    v = compare.compare_routing(Case("routing", cfg, "large", 0), inputs, {"ids": spec.ids.astype(np.int32),
+                                "weights": w}, recipe, "t")
+    assert not v.ok and "shared" in v.message, v.message

@@ -474,3 +474,28 @@ def test_nonneg_gives_every_operand_its_magnitude(quant, given):
 def test_nonneg_is_a_moe_distribution_only():
     with pytest.raises(CaseError, match="nonneg"):
         generate.inputs(Case("routing", DS, "nonneg", 1))
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+@pytest.mark.parametrize("method", ["renormalize", "default", "sigmoid_renorm", "sigmoid"])
+def test_mono_moe_adapter_renormalizes_as_the_spec(monkeypatch, method, renormalize):
+    """The kernel's renormalize flag is the spec's for the case (spec.routing.renormalizes): H200 fixture
+    moe-flashinfer.mono_moe-132cee46b215, sigmoid_renorm with renormalize=False, top-1 σ = 0.924, came out
+    renormalized (weight 1): out 1/0.924 of the spec's, 18x its bound."""
+    torch = pytest.importorskip("torch")
+    from difftest.checking.interface import with_stacked_weights
+    from impls.flashinfer import mono_moe
+    from spec import routing as spec_routing
+
+    calls = []
+    monkeypatch.setattr(mono_moe, "_prepared", [])
+    monkeypatch.setattr(mono_moe, "prepare_weights", lambda *arrays, **kw: {})
+    monkeypatch.setattr(mono_moe, "mono_moe", lambda hidden, *a, **kw: calls.append(kw) or torch.zeros_like(hidden))
+    config = replace(SMALL_MOE, routing=replace(SMALL_MOE.routing, method=method, renormalize=renormalize,
+                                                logits_dtype="bf16"))
+    case = Case("moe", config, "normal", 1, weight_seed=0)
+    mono_moe.run(case.config, with_stacked_weights(case, generate.inputs(case)), device="cpu")
+    scores = spec_routing.METHODS[method].scores  # softmax_of_selected: the softmax renormalized over the top-k
+    want = scores == "softmax_of_selected" or spec_routing.renormalizes(method, renormalize)
+    assert calls[0]["renormalize"] == want
+    assert calls[0]["scoring_func"] == scores.split("_")[0]

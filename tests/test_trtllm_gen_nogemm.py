@@ -269,3 +269,33 @@ def test_layer_bound_carries_the_tanh_approx_term_of_renormalized_weights():
 
     assert 2 <= spec.out[t, h] < 4
     assert verdict(1).ok and not verdict(3).ok
+
+
+def test_shard_batch_indices_must_be_local(monkeypatch):
+    """Llama4's single-warp path on a shard with an offset writes global expert indices into
+    cta_idx_xy_to_batch_idx (open fixture flashinfer-trtllm_gen_routing-llama4_warp_path_shard). A stand-in doing
+    that on the H200 case of fixture moe-flashinfer.trtllm_gen_nogemm-2844e7cee4ac (5 experts, shard [1, 5), token on
+    expert 3: batch index 3 where 2 is local) is named as that fixture, not computed with expert 4's weights; the
+    correct stand-in passes."""
+    from difftest.checking.interface import with_stacked_weights
+    from difftest.model import generate
+
+    config = moe(routing=dataclasses.replace(RENORM, method="llama4", num_tokens=1, num_experts=5, top_k=1),
+                 hidden_size=16, intermediate_size=64, local_expert_offset=1, local_num_experts=4)
+    case = Case("moe", config, seed=0)
+    inputs = generate.inputs(case)
+    inputs["logits"] = np.array([[0.8262, 0.7572, 0.15, 2.4659, 0.2858]], np.float32)
+    assert check.run_case(from_adapter_module(ng)._replace(
+        run=lambda case, _: _run_on_cpu(case, inputs, monkeypatch)), case, inputs).status == "pass"
+    correct = fake_routing(case, inputs)
+
+    def global_batch_indices(logits, bias, method, a, *, local_expert_offset, local_num_experts):
+        out = correct(logits, bias, method, a, local_expert_offset=local_expert_offset,
+                      local_num_experts=local_num_experts)
+        ctas = out["cta_idx_xy_to_batch_idx"]
+        return {**out, "cta_idx_xy_to_batch_idx": torch.where(ctas >= 0, ctas + local_expert_offset, ctas)}
+
+    _run_on_cpu(case, inputs, monkeypatch)  # installs the other stand-ins
+    monkeypatch.setattr(tg, "trtllm_gen_routing", global_batch_indices)
+    with pytest.raises(RuntimeError, match="slot 0 .global expert 3. under local expert 3 .*llama4_warp_path_shard"):
+        ng.run(case.config, with_stacked_weights(case, inputs), device="cpu")

@@ -189,3 +189,13 @@ def test_comparator_checks_the_permutation_an_implementation_returns(shard):
     ]:
         r = broken(change)
         assert r.status == "fail" and words in r.message, r.message
+
+
+@pytest.mark.parametrize("method, E, k", [("default", 127, 9), ("sigmoid", 48, 31), ("sigmoid_renorm", 9, 9),
+                                          ("topk", 19, 9), ("topk_sigmoid", 9, 9)])
+def test_top_k_above_the_policys_tiers_is_declined(method, E, k):
+    """Tier<128, 8> and Tier<256, 8> only for these policies: the H200 campaigns' RuntimeErrors ('no compiled tier
+    covers numExperts=127 topK=9', fixtures moe-flashinfer.trtllm_gen_nogemm-10efbfdc2d4c and the routing
+    campaign's) are declined with the reason; top_k 8 runs."""
+    assert "no compiled routingCustom tier" in (tg.unsupported(RoutingConfig(method, 1, E, k, eps=tg.EPS)) or "")
+    assert tg.unsupported(RoutingConfig(method, 1, E, 8, eps=tg.EPS)) is None

@@ -309,7 +309,8 @@ def shared_flushed(config, inputs, ids, recipe):
     """[T] rows whose fused shared-expert weight may be 0 under recipe.subnormals "flush": its value before the
     renormalizing division, Σ(selected scores)/rsf, is below the fp32 min normal, so FTZ may store it as 0 and
     0/Σ·rsf = 0 (measured on the H200: SGLang's moe_fused_gate, as flushed_to_nan). None where the recipe's
-    shared weight is the constant 1 (shared_weight "one")."""
+    shared weight is the constant 1 (shared_weight "one"). Where Σ itself may be 0 (flushed_to_nan's rows) the
+    shared slot's 0/Σ is NaN like the routed ones (moe_fused_gate.cu divides every slot by output_sum)."""
     r = recipe or DEFAULT
     if r.subnormals != "flush" or r.shared_weight == "one":
         return np.zeros(ids.shape[0], bool)
@@ -658,6 +659,8 @@ def compare_routing(case, inputs, out, recipe, tag):
             want[differ] = impl_spec.route(ungrouped(c), sub, recipe, ids=own).weights[:, k:]
         got = np.where(shared_flushed(c, inputs, ids[:, :k], recipe)[:, None] & (w[:, k:] == 0), want, w[:, k:])
         exact = (recipe or DEFAULT).shared_weight == "one"  # a constant: nothing to round
+        if not exact:  # the shared slot goes through the routed slots' division by Σ: where Σ may be 0, 0/0 = NaN
+            got = np.where(flushed_to_nan(c, inputs, ids[:, :k], recipe)[:, None] & np.isnan(got), want, got)
         verdicts.append(elementwise("weights[:, shared]", got, want, 0.0 if exact else weight_bound(c, recipe, want),
                                     tag, "weights"))
     if c.tile_tokens_dim is not None:

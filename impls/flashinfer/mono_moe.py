@@ -38,8 +38,16 @@ RECIPE_FIELDS = {"logits": "bf16", "bias": None, "sigmoid": "expf", "routing_wei
                  "tie_rule": "lower_index"}
 CAPABILITIES = ((9, 0),)
 E, I, H, MAX_TOKENS, BLOCK = 256, 512, 2048, 8, 128
+# method -> (scoring_func, renormalize); None: the case's own renormalize flag (sigmoid_renorm renormalizes only when
+# asked, as spec.routing.METHODS says: run as renormalized, renormalize=False cases came out 1/σ too large).
 SCORING = {"renormalize": ("softmax", True), "default": ("softmax", False),
-           "sigmoid_renorm": ("sigmoid", True), "sigmoid": ("sigmoid", False)}
+           "sigmoid_renorm": ("sigmoid", None), "sigmoid": ("sigmoid", False)}
+
+
+def scoring(routing):
+    """(scoring_func, renormalize) the kernel is called with for a RoutingConfig-like ``routing``."""
+    func, renormalize = SCORING[routing.method]
+    return func, routing.renormalize if renormalize is None else renormalize
 
 # The kernel's one shape and semantics, field by field (difftest/model/where.py): what unsupported() takes.
 SPACE = {"num_experts": E, "intermediate_size": I, "hidden_size": H, "num_tokens": f"1..{MAX_TOKENS}", "top_k": "1..8",
@@ -155,7 +163,7 @@ def run(config, inputs, device="cuda"):
     if not same:
         _prepared[:] = [(arrays, config.half_order,
                          prepare_weights(*arrays, half_order=config.half_order, device=device))]
-    scoring_func, renormalize = SCORING[config.routing.method]
+    scoring_func, renormalize = scoring(config.routing)
     out = mono_moe(to_torch(inputs["hidden"], "bf16", device), to_torch(inputs["logits"], "bf16", device),
                    _prepared[0][2], top_k=config.routing.top_k, scoring_func=scoring_func,
                    renormalize=renormalize)

@@ -223,6 +223,18 @@ def run(config, inputs, device="cuda"):
     if local.max(initial=-1) >= n_local:  # the kernel's own output, before any weight is indexed by it
         raise RuntimeError(f"the routing kernel's cta_idx_xy_to_batch_idx names local expert {local.max()} of a "
                            f"{n_local}-expert shard (cf. open fixture {routing.LLAMA4_SHARD})")
+    # Each slot's local expert is its global id minus the offset, -1 off the shard: with Llama4's single-warp path on
+    # a shard with an offset the batch indices are global (the open fixture), and a layer built on them would read
+    # another expert's weights, a mismatch of the output that looks like arithmetic (H200, 2 December: three
+    # fixtures, out off by up to 0.57 at elements whose bound is 0, the rounding rule's exact stores).
+    k = r.top_k
+    want = np.where((ids[:, :k] >= offset) & (ids[:, :k] < offset + n_local), ids[:, :k] - offset, -1)
+    wrong = np.argwhere(local[:, :k] != want)
+    if wrong.size:
+        t, j = wrong[0]
+        raise RuntimeError(f"the routing kernel's shard launch puts token {t}'s slot {j} (global expert "
+                           f"{ids[t, j]}) under local expert {local[t, j]} of a {n_local}-expert shard at offset "
+                           f"{offset}, not {want[t, j]} (cf. open fixture {routing.LLAMA4_SHARD})")
     rows_of = rows_by_expert(to_numpy(e2p), local, device)
     P, H = a["max_padded"], c.hidden_size
     n1 = 2 * c.intermediate_size if c.activation == "swiglu" else c.intermediate_size
