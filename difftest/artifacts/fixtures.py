@@ -439,12 +439,12 @@ def load(path):
     observed = meta["observed"]
     if not isinstance(observed, dict) or observed.get("status") not in ("fail", "error"):
         _fail(path, "observed must be an object whose status is fail or error")
-    if not isinstance(observed.get("message", ""), (str, type(None))):
-        _fail(path, f"observed.message must be a string, not {type(observed['message']).__name__}")
     try:  # what write() can store again: strict JSON (a non-finite ratio is stored as null)
         json.dumps(observed, allow_nan=False)
     except ValueError:
         _fail(path, "observed holds a non-finite number (NaN or Infinity)")
+    if not isinstance(observed.get("message", ""), (str, type(None))):
+        _fail(path, f"observed.message must be a string, not {type(observed['message']).__name__}")
     kind = meta.get("kind", kind_of(observed))  # fixtures written before kinds existed: derived
     if not isinstance(kind, str) or kind not in KINDS:
         _fail(path, f"kind {kind!r} is not one of {KINDS}")
