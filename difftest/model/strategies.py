@@ -150,7 +150,7 @@ def positive_tokens(max_value=None, min_value=1):
 @st.composite
 def num_tokens(draw, max_value=None):
     """positive_tokens(max_value), or T = 0 in one draw of ZERO_TOKEN_ODDS (never the simplest draw)."""
-    if ZERO_TOKEN_ODDS > 0 and draw(_ints(0, ZERO_TOKEN_ODDS - 1), label="no_tokens") == ZERO_TOKEN_ODDS - 1:
+    if _one_in(draw, ZERO_TOKEN_ODDS, "no_tokens"):
         return 0
     return draw(positive_tokens(max_value), label="tokens")
 

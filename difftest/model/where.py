@@ -185,12 +185,15 @@ def from_space(space, owner="the plug-in", label=None):
             if label not in value:
                 continue
             value = value[label]
-        if isinstance(value, (list, tuple)):
-            value = ",".join("none" if v is None else str(v) for v in value)
-        elif value is None:
-            value = "none"
-        out = merge(out, dict([parse(f"{field}={value}")]))
+        out = merge(out, dict([parse(_clause(field, value))]))
     return out
+
+
+def _clause(field, value):
+    """A space's value for `field` (a value, a "LO..HI" string, or a list; None is "none") as parse() reads it."""
+    if isinstance(value, (list, tuple)):
+        value = ",".join("none" if v is None else str(v) for v in value)
+    return f"{field}={'none' if value is None else value}"
 
 
 def conditions(space):
@@ -200,9 +203,7 @@ def conditions(space):
     for field, value in (space or {}).items() if isinstance(space, dict) else ():
         for key, limit in value.items() if isinstance(value, dict) else ():
             if "=" in str(key):
-                if isinstance(limit, (list, tuple)):
-                    limit = ",".join("none" if v is None else str(v) for v in limit)
-                out.append((*parse(key), *parse(f"{field}={'none' if limit is None else limit}")))
+                out.append((*parse(key), *parse(_clause(field, limit))))
     return out
 
 
