@@ -860,8 +860,7 @@ def weighted_at(case, inputs, recipe, ids, weights, spec):
     weights = np.asarray(weights, np.float32)
     if np.array_equal(spec.ids[:, :ids.shape[1]], ids) and np.array_equal(spec.weights[:, :ids.shape[1]], weights):
         return spec
-    forced = replace(case, config=replace(case.config, routing=ungrouped(case.config.routing)))
-    return impl_spec.layer(forced, inputs, recipe, ids=ids, router_weights=weights)
+    return _forced_layer(case, inputs, recipe, ids, router_weights=weights)
 
 
 def layer_at(case, inputs, recipe, ids):
@@ -871,8 +870,13 @@ def layer_at(case, inputs, recipe, ids):
     k = ids.shape[1]
     if (np.sort(own.ids[:, :k], axis=1) == np.sort(ids, axis=1)).all():
         return own
+    return _forced_layer(case, inputs, recipe, ids)
+
+
+def _forced_layer(case, inputs, recipe, ids, router_weights=None):
+    """The spec layer recomputed at forced `ids` (and `router_weights`), its routing ungrouped (ungrouped says why)."""
     forced = replace(case, config=replace(case.config, routing=ungrouped(case.config.routing)))
-    return impl_spec.layer(forced, inputs, recipe, ids=ids)
+    return impl_spec.layer(forced, inputs, recipe, ids=ids, router_weights=router_weights)
 
 
 def ungrouped(config):
