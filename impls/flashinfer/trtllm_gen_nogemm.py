@@ -214,19 +214,16 @@ def run(config, inputs, device="cuda"):
 
     c, r = config, config.routing
     full, shard, a = routing.launches(routing_config(c), inputs, device)
-    tile, offset = a["tile_tokens_dim"], a["local_expert_offset"]
+    tile, offset, n_local = a["tile_tokens_dim"], a["local_expert_offset"], a["local_num_experts"]
     ids = routing.slot_ids(to_numpy(full["expanded_idx_to_permuted_idx"]), to_numpy(full["cta_idx_xy_to_batch_idx"]),
                            tile, 0)
     e2p = shard["expanded_idx_to_permuted_idx"]
     local = routing.slot_ids(to_numpy(e2p), to_numpy(shard["cta_idx_xy_to_batch_idx"]), tile, 0)
-    n_local = r.num_experts - offset if c.local_num_experts is None else c.local_num_experts
-    if local.max(initial=-1) >= n_local:  # the kernel's own output, before any weight is indexed by it
-        raise RuntimeError(f"the routing kernel's cta_idx_xy_to_batch_idx names local expert {local.max()} of a "
-                           f"{n_local}-expert shard (cf. open fixture {routing.LLAMA4_SHARD})")
-    # Each slot's local expert is its global id minus the offset, -1 off the shard: with Llama4's single-warp path on
-    # a shard with an offset the batch indices are global (the open fixture), and a layer built on them would read
-    # another expert's weights, a mismatch of the output that looks like arithmetic (H200, 2 December: three
-    # fixtures, out off by up to 0.57 at elements whose bound is 0, the rounding rule's exact stores).
+    # The kernel's own output, checked before any weight is indexed by it: each slot's local expert is its global id
+    # minus the offset, -1 off the shard. With Llama4's single-warp path on a shard with an offset the batch indices
+    # are global (the open fixture): past the shard they would index out of its weights, inside it they would read
+    # another expert's, a mismatch of the output that looks like arithmetic (H200, 2 December: three fixtures, out off
+    # by up to 0.57 at elements whose bound is 0, the rounding rule's exact stores).
     k = r.top_k
     want = np.where((ids[:, :k] >= offset) & (ids[:, :k] < offset + n_local), ids[:, :k] - offset, -1)
     wrong = np.argwhere(local[:, :k] != want)

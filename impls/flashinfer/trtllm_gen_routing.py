@@ -111,7 +111,7 @@ def unsupported(config):
     if E > MAX_EXPERTS[c.method] and not (c.method == "deepseek_v3" and G > 1):
         return f"{c.method}: num_experts={E} > {MAX_EXPERTS[c.method]}, the largest compiled kernel tier"
     custom = c.method in CUSTOM_TIERS and not (c.method == "deepseek_v3" and G > 1)
-    if custom and _tier(CUSTOM_TIERS[c.method], E, k) is None:
+    if custom and not covered(CUSTOM_TIERS[c.method], E, k):
         return (f"{c.method}: no compiled routingCustom tier covers num_experts={E}, top_k={k} (its largest Tier<E, K> "
                 f"is {CUSTOM_TIERS[c.method][-1]}, RoutingCustomPolicy.cuh PolicyTraits)")
     if c.bias_dtype is None and (c.method == "minimax2" or c.method == "deepseek_v3" and G == 1):
@@ -162,10 +162,14 @@ def recipe_for(config):
 
 
 
-def _tier(tiers, n, k=None):
-    """The first tier of `tiers` (expert counts, or routingCustom's (E, K) pairs with top_k `k`) covering n experts:
-    its expert count; None where none does."""
-    return next((t if k is None else t[0] for t in tiers if (t >= n if k is None else t[0] >= n and t[1] >= k)), None)
+def _tier(tiers, n):
+    """The first of `tiers` (ascending expert counts) that holds n experts."""
+    return next(t for t in tiers if t >= n)
+
+
+def covered(tiers, n, k):
+    """Whether one of routingCustom's (E, K) tiers holds n experts at top_k k (the runner's dispatch)."""
+    return any(e >= n and most >= k for e, most in tiers)
 
 
 def kernel_path(config, sms=132):
