@@ -36,13 +36,8 @@ def config():
 
 
 def ids(case, recipe):
-    from spec.layer import _route
-
-    inputs = generate.inputs(case)
-    r = case.config.routing
-    options = {"method": r.method, "top_k": r.top_k, "n_group": r.n_group, "topk_group": r.topk_group,
-               "routed_scaling_factor": r.routed_scaling_factor, "renormalize": r.renormalize, "eps": r.eps}
-    return _route(inputs["logits"], inputs.get("bias"), options, "routing", recipe, None).ids
+    """The spec's routed ids of the layer case under `recipe` (its rsf is applied in the routing)."""
+    return impl_spec.route(case.config.routing, generate.inputs(case), recipe).ids
 
 
 def find():
