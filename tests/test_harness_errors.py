@@ -39,6 +39,16 @@ HARNESS = SPEC._replace(name="harness", ops=("routing",), run=raising(lambda: Ha
 MARKED = SPEC._replace(name="marked", ops=("routing",), run=raising(lambda: BuildRace(RACE)))
 MARKED_ISOLATED = MARKED._replace(name="marked_isolated", may_crash=True)
 ORDINARY = SPEC._replace(name="ordinary", ops=("routing",), run=raising(lambda: RuntimeError(RACE)))
+
+
+class ShardIndexError(RuntimeError):
+    difftest_failure = ("permutation", "shard expert index")  # what impls/ does: the class names what it checked
+
+
+NAMED = SPEC._replace(name="named", ops=("routing",), run=raising(lambda: ShardIndexError("slot 0 off its shard")))
+NAMED_ISOLATED = NAMED._replace(name="named_isolated", may_crash=True)
+VALUE_ISOLATED = SPEC._replace(name="value_isolated", ops=("routing",), may_crash=True,
+                               run=raising(lambda: ValueError("bad shape")))
 """
 CASES = settings(max_examples=60, database=None, derandomize=True)
 
@@ -78,6 +88,19 @@ def test_an_ordinary_exception_is_still_a_finding_of_kind_error(plugin, tmp_path
     res = campaign.fuzz_cell(impl, ref, "routing", fixtures_root=tmp_path / "fixtures", hypothesis_settings=CASES)
     assert res.finding is not None and "ordinary raised RuntimeError: [Errno 17]" in res.finding, res.finding
     assert res.signature.kind == "error" and fixtures.load(res.fixture).kind == "error"
+
+
+@pytest.mark.parametrize("name, field", [("NAMED", "permutation"), ("NAMED_ISOLATED", "permutation"),
+                                         ("ORDINARY", "RuntimeError"), ("VALUE_ISOLATED", "ValueError")])
+def test_an_errors_signature_is_what_it_names_or_its_own_type_in_a_worker_too(plugin, name, field, tmp_path):
+    """An exception that states ``difftest_failure`` is signed by it (two bugs an adapter stops on with one exception
+    type stay two findings, and --known can tell them apart); any other by its type, which an isolated worker relays
+    (it was the worker's RuntimeError wrapper before)."""
+    impl, ref = plugin(name)
+    res = campaign.fuzz_cell(impl, ref, "routing", fixtures_root=tmp_path / "fixtures", hypothesis_settings=CASES)
+    assert (res.signature.kind, res.signature.field) == ("error", field), res.signature
+    stored = campaign.fixture_signatures(fixtures.load(res.fixture).meta)
+    assert [(s.kind, s.field) for s in stored] == [("error", field)], stored
 
 
 def test_the_worker_answers_harness_and_is_kept(plugin, tmp_path):

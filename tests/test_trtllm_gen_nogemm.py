@@ -297,5 +297,9 @@ def test_shard_batch_indices_must_be_local(monkeypatch):
 
     _run_on_cpu(case, inputs, monkeypatch)  # installs the other stand-ins
     monkeypatch.setattr(tg, "trtllm_gen_routing", global_batch_indices)
-    with pytest.raises(RuntimeError, match="slot 0 .global expert 3. under local expert 3 .*llama4_warp_path_shard"):
+    with pytest.raises(ng.ShardIndexError, match="slot 0 .global expert 3. under local expert 3 .*llama4_warp_path"):
         ng.run(case.config, with_stacked_weights(case, inputs), device="cpu")
+    # the finding's signature names the routing output and the check, not the exception type (--known tells it apart)
+    result = check.run_case(from_adapter_module(ng)._replace(
+        run=lambda case, _: ng.run(case.config, with_stacked_weights(case, inputs), device="cpu")), case, inputs)
+    assert (result.status, result.failures) == ("error", (("permutation", "shard expert index"),)), result

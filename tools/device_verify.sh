@@ -13,8 +13,9 @@
 #      only numpy, torch and the kernel's package on the path (exit 1: the bug is there; SGLang 2 without sgl-kernel),
 #      the torch-CUDA ones (fixed; the project's own implementation) with the project on it (exit 0)  -> OUT/repro.tsv
 #   2b. `replay` of every GPU fixture: each fails as recorded (its stored signatures)  -> OUT/replay.txt
-#   2c. tools/nogemm_bias_fixture.py: the no-GEMM layer's bf16-bias finding on a case made on the CPU, written as a
-#      fixture with its report where the kernel fails it  -> OUT/bias_fixture.{txt,tgz}
+#   2c. tools/nogemm_{bias,llama4_shard}_fixture.py: the no-GEMM layer's bf16-bias finding and the routing kernel's
+#      Llama4 shard bug through the layer, on cases made on the CPU, written as fixtures with their reports where the
+#      kernel fails them  -> OUT/{bias,llama4_shard}_fixture.txt, OUT/nogemm_fixtures.tgz
 #   3. fresh-seed campaigns with --known fixtures/, in waves side by side (about 14 workers a wave; 21 in the first):
 #      the trtllm-gen presets for 170 s, every adapter without a preset, the rest  -> OUT/campaigns.tgz (NAME/),
 #      OUT/digest.txt
@@ -88,11 +89,13 @@ if want replay && fits 190 "GPU fixture replay"; then  # 100 s ran out before th
   echo "replay exit $?"; tail -n 25 "$O/replay.txt"
 fi
 
-step "2c. the no-GEMM bf16-bias finding as a fixture from its CPU-made case (issue 34)"
-if want bias && fits 150 "no-GEMM bias fixture"; then
-  timeout -k 5 120 python3 tools/nogemm_bias_fixture.py $W/bias_fixture > "$O/bias_fixture.txt" 2>&1
-  echo "bias fixture exit $?"; tail -n 4 "$O/bias_fixture.txt"
-  [ -d $W/bias_fixture ] && tar -C $W -czf "$O/bias_fixture.tgz" bias_fixture
+step "2c. the no-GEMM layer's findings as fixtures from their CPU-made cases (issue 34)"
+if want bias && fits 150 "no-GEMM fixtures"; then
+  for t in bias llama4_shard; do
+    timeout -k 5 120 python3 tools/nogemm_${t}_fixture.py $W/nogemm_fixtures > "$O/${t}_fixture.txt" 2>&1
+    echo "$t fixture exit $?"; tail -n 4 "$O/${t}_fixture.txt"
+  done
+  [ -d $W/nogemm_fixtures ] && tar -C $W -czf "$O/nogemm_fixtures.tgz" nogemm_fixtures
 fi
 
 step "3. campaigns (seed $SEED, --known fixtures/)"

@@ -60,6 +60,13 @@ def main(argv):
     print(f"the spec's as-built row against the adapter's recipe: {verdict}: {emulated.message}")
     if not argv:
         return 0
+    return record(case, Path(argv[0]), "flashinfer-trtllm_gen_nogemm-grouped_bias_bf16",
+                  "tools/nogemm_bias_fixture.py (the H200 finding of 2026-12-02, deepseek-v3-mtp)")
+
+
+def record(case, root, fixture_id, provenance):
+    """Run `case` on the no-GEMM adapter; a failure becomes fixture `fixture_id` under `root` with its REPORT.md.
+    Exit code: 0 written, 1 the kernel passed the case, 2 the adapter cannot run here."""
     impl = interface.load(ADAPTER)
     why = impl.available()
     if why:
@@ -70,13 +77,11 @@ def main(argv):
     if result.status == "pass":
         return 1
     expected = impl_spec.expected(case, generate.inputs(case), impl.recipe(case))
-    path = fixtures.write(Path(argv[0]), case, ADAPTER, impl, impl.recipe(case), observed(result), expected,
-                          provenance="tools/nogemm_bias_fixture.py (the H200 finding of 2026-12-02, deepseek-v3-mtp)",
-                          id="flashinfer-trtllm_gen_nogemm-grouped_bias_bf16")
+    path = fixtures.write(root, case, ADAPTER, impl, impl.recipe(case), observed(result), expected,
+                          provenance=provenance, id=fixture_id)
     bugreport.write(fixtures.load(path), path / bugreport.REPORT)
     print(f"fixture: {path} ({sum(f.stat().st_size for f in path.iterdir())} bytes)")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

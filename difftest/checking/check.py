@@ -9,7 +9,7 @@ import numpy as np
 from ..model import generate
 from ..model.case import CaseError
 from . import compare
-from .interface import HarnessError, is_harness_error
+from .interface import HarnessError, failure_of, is_harness_error
 
 STATUSES = ("pass", "fail", "skip", "error")
 # A skip reason starting with this: the tester's machinery raised around the kernel call (interface.HarnessError),
@@ -51,9 +51,21 @@ def _isolated(runner, case):
     o = runner.run(case)
     if o.kind == "harness":  # the worker's own machinery raised, not the implementation
         raise HarnessError(o.detail)
+    if o.kind == "error":  # the implementation's exception, as the worker relayed it: its type and stated failure
+        raise IsolatedError(o.detail, o.failure)
     if o.kind != "ok":
         raise RuntimeError(f"{o.kind}: {o.detail}")
     return o.outputs
+
+
+class IsolatedError(RuntimeError):
+    """An implementation's exception raised in an isolation worker (the message is its last traceback line, "Type:
+    message"), carrying the (field, check) pair it named there (interface.failure_of): the signature of an error
+    is the same in a worker as in process."""
+
+    def __init__(self, detail, failure):
+        super().__init__(f"error: {detail}")
+        self.difftest_failure = tuple(failure) if failure else ("RuntimeError", "raised")
 
 
 def tester_error(e, tag):
@@ -152,7 +164,7 @@ def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
             np.inf,
             f"{impl.name} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} [{tag}]",
             seconds=time.perf_counter() - t0,
-            failures=((type(e).__name__, "raised"),),
+            failures=(failure_of(e),),
         )
     t1 = time.perf_counter()
     if again is not None and not _same_bits(out, again):

@@ -54,6 +54,18 @@ def is_harness_error(e):
     return getattr(type(e), "difftest_harness", False) is True
 
 
+def failure_of(e):
+    """The (field, check) pair that names an implementation's exception `e` in check.Result.failures, and so in
+    its finding's signature: what `e` states as ``difftest_failure`` (an adapter that stops because it checked a
+    kernel's output, say ``("permutation", "shard expert index")``: impls/ cannot import difftest, so the attribute
+    is the contract), else its type, raised. Two bugs that raise the same type are then two signatures when their
+    adapter names what it checked, never one parsed from the message."""
+    named = getattr(e, "difftest_failure", None)
+    if isinstance(named, tuple) and len(named) == 2 and all(isinstance(x, str) and x for x in named):
+        return named
+    return (type(e).__name__, "raised")
+
+
 class Impl(NamedTuple):
     name: str
     version: str

@@ -65,7 +65,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checking.interface import is_harness_error
+from ..checking.interface import failure_of, is_harness_error
 from ..model.case import Case
 
 GRACE_S = 1.0  # between SIGTERM (stack dump) and SIGKILL, and for a dead worker to be reaped
@@ -84,6 +84,7 @@ class Outcome(NamedTuple):
     signal: int | None  # the signal that ended the worker
     output_tail: str  # the worker's output during this case (+ the traceback of an error)
     seconds: float
+    failure: tuple | None = None  # an error's (field, check) pair (checking/interface.py ``failure_of``)
 
 
 class WorkerStartError(RuntimeError):
@@ -183,6 +184,14 @@ def _harness_reply(e):
     return b"harness\n" + f"{type(e).__name__}: {_first_line(str(e))}\n".encode() + traceback.format_exc().encode()
 
 
+def _error_reply(e):
+    """The implementation's exception: its (field, check) pair (interface.failure_of, made here where its class is
+    known), its "Type: first line", then the traceback."""
+    field, check = failure_of(e)
+    return (b"error\n" + f"{field}\t{check}\n{type(e).__name__}: {_first_line(str(e))}\n".encode()
+            + traceback.format_exc().encode())
+
+
 def _serve(impl, request, inputs):
     try:
         case = Case.from_json(request.decode())
@@ -192,7 +201,7 @@ def _serve(impl, request, inputs):
     try:
         reply = b"ok\n" + _to_npz(impl.run(case, args))
     except Exception as e:  # a Python exception is the implementation's answer, not a crash
-        reply = _harness_reply(e) if is_harness_error(e) else b"error\n" + traceback.format_exc().encode()
+        reply = _harness_reply(e) if is_harness_error(e) else _error_reply(e)
     problem = _cuda_problem()
     if problem:
         return b"crash\n" + f"CUDA context unusable after the case: {problem}\n".encode() + reply
@@ -377,7 +386,9 @@ class IsolatedRunner:
             return Outcome("crash", None, _first_line(text), None, None, self._tail(offset) + text, seconds)
         if kind == "harness":
             return Outcome("harness", None, _first_line(text), None, None, self._tail(offset) + text, seconds)
-        return Outcome("error", None, _last_line(text), None, None, self._tail(offset) + text, seconds)
+        named, _, text = text.partition("\n")
+        return Outcome("error", None, _first_line(text), None, None, self._tail(offset) + text, seconds,
+                       tuple(named.split("\t", 1)))
 
     def _crash(self, offset, seconds):
         _stop(self._proc, self._conn)

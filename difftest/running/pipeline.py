@@ -101,7 +101,7 @@ def run_on_device(impl, case, inputs, runner=None):
             return "skip", check.tester_error(e, f"{case.op}, {impl.name}"), None, time.perf_counter() - t0
         line = str(e).splitlines()[0] if str(e) else ""
         return "error", f"{impl.name} raised {type(e).__name__}: {line} [{case.op}, {impl.name}]", \
-            ((type(e).__name__, "raised"),), time.perf_counter() - t0
+            (interface.failure_of(e),), time.perf_counter() - t0
     return "ran", "", {k: np.asarray(v) for k, v in out.items()}, time.perf_counter() - t0
 
 

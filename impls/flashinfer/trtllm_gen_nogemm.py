@@ -205,6 +205,14 @@ def prepare_weights(inputs, config, device):
     return w
 
 
+class ShardIndexError(RuntimeError):
+    """The routing kernel's shard launch put a slot under another local expert than its global id minus the offset:
+    the layer stops before any weight is indexed by it. ``difftest_failure`` is the signature difftest gives it (the
+    routing output and the check), so this finding is told apart from any other RuntimeError of the layer."""
+
+    difftest_failure = ("permutation", "shard expert index")
+
+
 def run(config, inputs, device="cuda"):
     """inputs {"hidden", "logits", "bias"?, "w13", "w2" (+ fp8_block scales)} numpy -> {"out" [T, H] float32 of
     bf16 values, "ids" [T, k] int32 global expert ids}."""
@@ -229,7 +237,7 @@ def run(config, inputs, device="cuda"):
     wrong = np.argwhere(local[:, :k] != want)
     if wrong.size:
         t, j = wrong[0]
-        raise RuntimeError(f"the routing kernel's shard launch puts token {t}'s slot {j} (global expert "
+        raise ShardIndexError(f"the routing kernel's shard launch puts token {t}'s slot {j} (global expert "
                            f"{ids[t, j]}) under local expert {local[t, j]} of a {n_local}-expert shard at offset "
                            f"{offset}, not {want[t, j]} (cf. open fixture {routing.LLAMA4_SHARD})")
     rows_of = rows_by_expert(to_numpy(e2p), local, device)
