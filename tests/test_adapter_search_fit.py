@@ -100,9 +100,14 @@ def declined(name, config):
 # The limits each space states jointly (difftest/model/where.py conditions) and the declines that name them: on the
 # H200 without a preset, routingCustom refused (E, top_k) pairs of no compiled tier ((9, 9), (19, 9), (48, 31),
 # (127, 9)), and nogemm and the v1 quantizer declined the others, 402 and 6,301 draws.
-STATED = {"flashinfer.trtllm_gen_routing": ("no compiled routingCustom tier", "kernel tier", "no scaling factor"),
+# Then (two-field conditions, "method=deepseek_v3&n_group=1") the ungrouped DeepSeek-V3 kernel's bias and shared
+# experts, the grouped kernel's group limits and the binding's top_k by E: 95 of 1,500 routing draws declined → 19.
+DEEPSEEK = ("through a null pointer", "only the grouped DeepSeekV3 kernel", "takes n_group <=", "experts per group",
+            "above the binding's limit")
+STATED = {"flashinfer.trtllm_gen_routing": ("no compiled routingCustom tier", "kernel tier", "no scaling factor",
+                                            *DEEPSEEK),
           "flashinfer.trtllm_gen_nogemm": ("no compiled routingCustom tier", "kernel tier", "no scaling factor",
-                                          "needs I >= 64", "always renormalize"),
+                                          "needs I >= 64", "always renormalize", *DEEPSEEK),
           "sglang.per_token_group_quant_8bit_v1": ("ue8m0 with",)}
 
 

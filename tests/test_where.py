@@ -176,7 +176,8 @@ def test_a_joint_limit_holds_where_its_condition_does_and_nowhere_else():
     at 128; a moe cell's method, which no slice names): redrawn inside, the other draws as before; a bad key is the
     one-line error of a bad filter."""
     space = {"layout": {"scale_fmt=ue8m0": "ue8m0_packed"}, "group_size": {"scale_fmt=ue8m0": 128}}
-    assert [w[::2] for w in where.conditions(space)] == [("scale_fmt", "layout"), ("scale_fmt", "group_size")]
+    assert [(w.when[0][0], w.field) for w in where.conditions(space)] == [("scale_fmt", "layout"),
+                                                                          ("scale_fmt", "group_size")]
     (_, configs), = where.slices("quant", {"scheme": Constraint(("fp8_group",))}, None, space)
     drawn = _drawn("quant", configs, 150)
     ue8m0 = [c for c in drawn if c.scale_fmt == "ue8m0"]
@@ -188,3 +189,20 @@ def test_a_joint_limit_holds_where_its_condition_does_and_nowhere_else():
     assert any(r.top_k > 2 for r in routed) and any(r.method in ("topk", "sigmoid") for r in routed)
     with pytest.raises(WhereError, match="is not one of"):
         where.conditions({"top_k": {"method=foo": "1..2"}})
+
+
+def test_a_joint_limit_on_two_fields_holds_where_both_do():
+    """"A=x&B=y" is one condition on two fields (trtllm-gen routing: the ungrouped DeepSeek-V3 kernel needs a bias
+    and fuses no shared experts; the grouped one may do both): redrawn where both hold, untouched where one does."""
+    space = {"bias_dtype": {"method=deepseek_v3&n_group=1": ["fp32", "bf16"]},
+             "num_fused_shared_experts": {"method=deepseek_v3&n_group=1": 0}}
+    joint, _ = where.conditions(space)
+    assert [f for f, _ in joint.when] == ["method", "n_group"] and joint.field == "bias_dtype"
+    (_, configs), = where.slices("routing", {"method": Constraint(("deepseek_v3",))}, None, space)
+    drawn = _drawn("routing", configs, 150)
+    ungrouped = [c for c in drawn if c.n_group == 1]
+    grouped = [c for c in drawn if c.n_group > 1]
+    assert ungrouped and all(c.bias_dtype is not None and c.num_fused_shared_experts == 0 for c in ungrouped)
+    assert any(c.bias_dtype is None for c in grouped) and any(c.num_fused_shared_experts for c in grouped)
+    with pytest.raises(WhereError, match="must be FIELD=VALUE"):
+        where.conditions({"top_k": {"method=topk&": "1..2"}})

@@ -7,8 +7,9 @@
 #   apache_tvm_ffi-*.whl, cubin/ (the trtllmGen_bmm_export headers), prebuilt/ (the sm_90a trtllm-gen modules),
 #   sglang/sglang_kernel-0.4.4-sm90.tar.xz (docs/sglang.md §2: sgl-kernel's Python files and SM90 library, 14 MB)
 # Steps, most valuable first, each under its own timeout so that the later ones still run (DEVICE_VERIFY_STEPS
-# picks some: tier repro replay bias presets adapters sglang rest mono):
-#   1. the GPU tier (python -m pytest -m "gpu and not heavy", the command of tox -e gpu)  -> OUT/gpu_tier.{log,xml}
+# picks some: tier bare repro replay bias presets adapters sglang rest mono):
+#   1. the GPU tier (python -m pytest -m "gpu and not heavy", the command of tox -e gpu)  -> OUT/gpu_tier.{log,xml};
+#      bare: the same without flashinfer, and without sgl-kernel, side by side  -> OUT/gpu_tier_no_*.{log,xml}
 #   2. every GPU fixture's `show --script` reproducer, run from outside the tree: the FlashInfer and SGLang ones with
 #      only numpy, torch and the kernel's package on the path (exit 1: the bug is there; SGLang 2 without sgl-kernel),
 #      the torch-CUDA ones (fixed; the project's own implementation) with the project on it (exit 0)  -> OUT/repro.tsv
@@ -17,8 +18,9 @@
 #      Llama4 shard bug through the layer, on cases made on the CPU, written as fixtures with their reports where the
 #      kernel fails them  -> OUT/{bias,llama4_shard}_fixture.txt, OUT/nogemm_fixtures.tgz
 #   3. fresh-seed campaigns with --known fixtures/, in waves side by side (about 14 workers a wave; 21 in the first):
-#      the trtllm-gen presets for 170 s, every adapter without a preset, the rest  -> OUT/campaigns.tgz (NAME/),
-#      OUT/digest.txt
+#      presets: the no-GEMM presets for 170 s; adapters: the routing preset for 170 s beside the routing and no-GEMM
+#      adapters without one; sglang: every SGLang adapter, 60 s; rest: the other FlashInfer adapters and torch-cuda,
+#      60 s; mono: the mono-moe preset  -> OUT/campaigns.tgz (NAME/), OUT/digest.txt
 #   3a. the first new fixtures of the no-GEMM preset campaigns, each with its REPORT.md, repro.py and repro.npz
 #      (`show --report`), ready to commit under fixtures/  -> OUT/new_fixtures.tgz (CAMPAIGN/ID/)
 # A step that no longer fits in the time left is skipped, and the log says so. Not in this call: cutlass_fused_moe
@@ -26,11 +28,11 @@
 set -u
 O=$(realpath -m "${1:?usage: bash tools/device_verify.sh OUT [SEED]}"); SEED=${2:-$(($(date +%s) % 100000))}
 R=$PWD C=$PWD/.carry W=/tmp/device_verify LIMIT=${DEVICE_VERIFY_LIMIT:-585}
-rm -rf $W; mkdir -p "$O/campaigns" $W/site $W/scripts $W/runs
+rm -rf $W; mkdir -p "$O/campaigns" $W/site $W/sgl $W/scripts $W/runs
 exec > >(tee "$O/log.txt") 2>&1
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 FLASHINFER_WORKSPACE_BASE=$W/ws
 step() { echo "== +${SECONDS}s $*"; }
-want() {  # STEP: whether DEVICE_VERIFY_STEPS (a space-separated list of tier repro replay bias presets adapters rest
+want() {  # STEP: whether DEVICE_VERIFY_STEPS (a space-separated list of tier bare repro replay bias presets adapters rest
   # mono; default all) names it, for a second call that runs what the first had no time for
   [ -z "${DEVICE_VERIFY_STEPS:-}" ] || [[ " $DEVICE_VERIFY_STEPS " == *" $1 "* ]] || { echo "not asked for: $1"; false; }
 }
@@ -44,21 +46,28 @@ if [ -f "$C/flashinfer.tar.xz" ]; then
     "$C"/apache_tvm_ffi-*.whl || echo "install failed: the FlashInfer tests skip"
 else echo "no .carry/flashinfer.tar.xz: the FlashInfer tests skip"; fi
 if [ -f "$C/sglang/sglang_kernel-0.4.4-sm90.tar.xz" ]; then  # docs/sglang.md §2: the package and its SM90 library
-  tar -C $W/site -xJf "$C/sglang/sglang_kernel-0.4.4-sm90.tar.xz" || echo "sgl-kernel unpack failed: SGLang skips"
+  tar -C $W/sgl -xJf "$C/sglang/sglang_kernel-0.4.4-sm90.tar.xz" || echo "sgl-kernel unpack failed: SGLang skips"
 else echo "no .carry/sglang: the SGLang tests skip and their scripts exit 2"; fi
 if ls "$C"/prebuilt/*.so > /dev/null 2>&1; then
   export FLASHINFER_CUBIN_DIR=$C/cubin DIFFTEST_TRTLLM_GEN_PREBUILT=$C/prebuilt
 else echo "no .carry/prebuilt: the trtllm-gen adapters stay unavailable (their JIT build takes ~6 min)"; fi
-export PYTHONPATH=$W/site:$R
+export PYTHONPATH=$W/site:$W/sgl:$R  # flashinfer (site) and sgl-kernel (sgl) apart, for the tier without one
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log --oneline -1 2> /dev/null
 python3 -m difftest impls
 
 step "1. GPU tier"
-if want tier; then
-  timeout -k 10 220 python3 -m pytest -m "gpu and not heavy" -p no:cacheprovider -n "${DEVICE_VERIFY_XDIST:-4}" -q -rs \
-    --junitxml="$O/gpu_tier.xml" > "$O/gpu_tier.log" 2>&1
-  echo "gpu tier exit $?"; tail -n 30 "$O/gpu_tier.log"
-fi
+tier() {  # NAME PYTHONPATH: the tier's command with only those packages beside the tree
+  PYTHONPATH=$2 timeout -k 10 220 python3 -m pytest -m "gpu and not heavy" -p no:cacheprovider \
+    -n "${DEVICE_VERIFY_XDIST:-4}" -q -rs --junitxml="$O/$1.xml" > "$O/$1.log" 2>&1
+  echo "$1 exit $?"; tail -n 30 "$O/$1.log"
+}
+# side by side (the tests are light on the GPU): with both packages, and without flashinfer or without sgl-kernel
+# (issue 38: each absent package's tests skip with its reason, nothing else changes)
+pids=()
+want tier && { tier gpu_tier "$PYTHONPATH" > $W/tier.txt 2>&1 & pids+=($!); }
+want bare && { tier gpu_tier_no_flashinfer "$W/sgl:$R" > $W/bare1.txt 2>&1 & pids+=($!); }
+want bare && { tier gpu_tier_no_sgl_kernel "$W/site:$R" > $W/bare2.txt 2>&1 & pids+=($!); }
+[ ${#pids[@]} = 0 ] || wait "${pids[@]}"; cat $W/tier.txt $W/bare1.txt $W/bare2.txt 2> /dev/null
 
 step "2. fixture reproducers"
 repro() {  # FIXTURE EXPECTED PATH: write the script with the project, run it from outside the tree without it
@@ -72,7 +81,7 @@ export -f repro; export W
 SG=$(python3 -c "import sgl_kernel" 2> /dev/null && echo 1 || echo 2)
 if want repro && fits 150 "fixture reproducers"; then
   { for f in fixtures/flashinfer-*; do echo "$f 1 $W/site"; done
-    for f in fixtures/sglang-*; do echo "$f $SG $W/site"; done
+    for f in fixtures/sglang-*; do echo "$f $SG $W/sgl"; done
     for f in fixtures/*torch-cuda-*; do echo "$f 0 $W/site:$R"; done
   } | timeout -k 5 200 xargs -P 6 -L 1 bash -c 'repro "$@"' _ | sort | tee "$O/repro.tsv"
   for f in fixtures/flashinfer-* fixtures/sglang-* fixtures/*torch-cuda-*; do
@@ -130,14 +139,16 @@ if want presets && fits 60 "reports of new fixtures"; then
   done
   [ -d "$O/new_fixtures" ] && tar -C "$O" -czf "$O/new_fixtures.tgz" new_fixtures && rm -rf "$O/new_fixtures"
 fi
-want adapters && wave 60 "every FlashInfer adapter without a preset (issue 33: the compared share)" \
-  "routing 4 flashinfer.trtllm_gen_routing" "nogemm 4 flashinfer.trtllm_gen_nogemm" "mono_moe 3 flashinfer.mono_moe" \
-  "fused_topk 3 flashinfer.fused_topk_deepseek"
+want adapters && wave 170 "the routing preset (issue 38: 7 workers, 170 s) and the routing and no-GEMM adapters without \
+a preset (issues 33, 34: the compared share, no known bug reported)" \
+  "routing_preset 7 flashinfer.trtllm_gen_routing --model trtllm-gen-routing" \
+  "routing 4 flashinfer.trtllm_gen_routing" "nogemm 4 flashinfer.trtllm_gen_nogemm"
 want sglang && wave 60 "every SGLang adapter (sgl-kernel from .carry/sglang)" \
   "sglang_gate 4 sglang.moe_fused_gate" "sglang_gate_bf16 3 sglang.moe_fused_gate_bf16" \
   "sglang_topk_softmax 2 sglang.topk_softmax" "sglang_quant 3 sglang.per_token_group_quant_8bit" \
   "sglang_quant_v1 2 sglang.per_token_group_quant_8bit_v1"
-want rest && wave 75 "routing preset, dev ops, torch-cuda" "routing_preset 7 flashinfer.trtllm_gen_routing --model trtllm-gen-routing" \
+want rest && wave 60 "the other FlashInfer adapters without a preset, and torch-cuda" \
+  "mono_moe 3 flashinfer.mono_moe" "fused_topk 3 flashinfer.fused_topk_deepseek" \
   "dev_ops 3 flashinfer.trtllm_gen_dev_ops" "torch_cuda 4 torch-cuda"
 want mono && wave 75 "mono_moe preset" "mono_moe_preset 7 flashinfer.mono_moe --model mono-moe"
 

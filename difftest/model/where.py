@@ -16,7 +16,8 @@ only from it, intersected with ``--where``; a field's value may be a dict by sli
 "1..128", "topk": "1..256"}``: what it takes in each slice it names), and a dict key "FIELD=VALUE" (or
 "FIELD=A,B,C") makes it what the field takes where another field has that value, a joint limit (``"layout":
 {"scale_fmt=ue8m0": "ue8m0_packed"}``; ``"top_k": {"method=topk,sigmoid": "1..8"}`` in any slice: a moe cell's
-method too). A DERIVED quantity (``experts_per_group``,
+method too); conditions on several fields are joined by "&" (``"bias_dtype": {"method=deepseek_v3&n_group=1":
+["fp32", "bf16"]}``). A DERIVED quantity (``experts_per_group``,
 ``one_expert_groups``, ``group_slack``) is filtered like a field, but a configuration outside it is rejected rather
 than redrawn.
 """
@@ -196,14 +197,28 @@ def _clause(field, value):
     return f"{field}={'none' if value is None else value}"
 
 
+class Joint(NamedTuple):
+    """A joint limit of a space: `field` takes `limit` where every (field, Constraint) of `when` holds."""
+
+    when: tuple
+    field: str
+    limit: Constraint
+
+    def holds(self, config, op):
+        """Whether the condition holds for a configuration of `op` (then `field` must be inside `limit`)."""
+        return all(c.allows(_get(config, op, f)) for f, c in self.when)
+
+
 def conditions(space):
-    """[(condition field, Constraint, field, Constraint)] of a space's "FIELD=VALUE" keys (from_space skips them): the
-    field takes the second where the condition field's value is inside the first."""
+    """[Joint] of a space's "FIELD=VALUE" keys (from_space skips them), a condition of several fields joined by "&"
+    ("method=deepseek_v3&n_group=1": the ungrouped DeepSeek-V3 cases): the field takes the key's value where every
+    condition field's value is inside its part."""
     out = []
     for field, value in (space or {}).items() if isinstance(space, dict) else ():
         for key, limit in value.items() if isinstance(value, dict) else ():
             if "=" in str(key):
-                out.append((*parse(key), *parse(_clause(field, limit))))
+                when = tuple(parse(part) for part in str(key).split("&"))
+                out.append(Joint(when, *parse(_clause(field, limit))))
     return out
 
 
@@ -270,7 +285,7 @@ def restrict(configs, op, where, when=()):
     filter is redrawn from the filter (a value set, or a range closed at both ends), and a configuration outside an
     open range ("1..": nothing says how far to draw) or that then breaks a case constraint is rejected (assume), never
     run."""
-    when = [w for w in when if applies(op, {w[0]: 0, w[2]: 0})]
+    when = [w for w in when if applies(op, {**dict(w.when), w.field: 0})]
     if not where and not when:
         return configs
     types = field_types(op)
@@ -286,15 +301,15 @@ def restrict(configs, op, where, when=()):
         config = draw(configs)
         for field, c in where.items():
             config = inside(draw, config, field, c)
-        for if_field, if_c, field, c in when:  # after the fields they depend on are inside
-            if if_c.allows(_get(config, op, if_field)):
-                config = inside(draw, config, field, c)
+        for w in when:  # after the fields they depend on are inside
+            if w.holds(config, op):
+                config = inside(draw, config, w.field, w.limit)
         try:
             CHECKS[op](config)
         except CaseError:
             assume(False)
         assume(all(c.allows(_get(config, op, field)) for field, c in where.items() if field in DERIVED))
-        assume(all(c.allows(_get(config, op, field)) for f, if_c, field, c in when if if_c.allows(_get(config, op, f))))
+        assume(all(w.limit.allows(_get(config, op, w.field)) for w in when if w.holds(config, op)))
         return config
 
     return restricted()

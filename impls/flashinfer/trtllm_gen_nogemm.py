@@ -56,16 +56,22 @@ def _by_method(limits):
 
 
 # What unsupported() takes, field by field and jointly (difftest/model/where.py): per method, the routing stage's expert
-# and top_k tiers, which methods scale and always renormalize and MiniMax2's bias; I >= 64 where the activation kernel
-# runs (swiglu). It keeps the sizes and the routing stage's other limits.
+# and top_k tiers, which methods scale and always renormalize, the bias MiniMax2 and ungrouped DeepSeekV3 need and the
+# grouped kernel's group limits; I >= 64 where the activation kernel runs (swiglu). It keeps the sizes and the routing
+# stage's other limits.
 SPACE = {"quant": list(QUANTS), "hidden_dtype": "bf16", "activation": list(ACTIVATIONS), "scale_fmt": "fp32",
          "expert_weights": "prepared", "num_fused_shared_experts": 0, "router_weight_on_input": False,
          "rsf_placement": "routing", "logits_dtype": ["fp32", "bf16"], "num_tokens": "1..", "eps": routing.EPS,
          "method": list(routing.SPACE["method"]),
-         "num_experts": _by_method(routing.SPACE["num_experts"]), "top_k": _by_method(routing.SPACE["top_k"]),
+         "num_experts": _by_method(routing.SPACE["num_experts"]),
+         "top_k": {**_by_method({m: f"1..{most}" for m, most in routing.MAX_TOP_K.items()}),
+                   **routing.DEEPSEEK_TOP_K_SPACE},
          "routed_scaling_factor": {"method=" + ",".join(routing.SPACE["routed_scaling_factor"]): [None, 1.0]},
          "renormalize": {"method=" + ",".join(routing.SCALED): True},
-         "bias_dtype": {"method=minimax2": ["fp32", "bf16"]},
+         "bias_dtype": {"method=minimax2": ["fp32", "bf16"], routing.UNGROUPED_DEEPSEEK: ["fp32", "bf16"]},
+         "n_group": {"method=deepseek_v3": f"1..{routing.DEEPSEEK_MAX_GROUPS}"},
+         "experts_per_group": {"method=deepseek_v3&n_group=2..": f"1..{routing.DEEPSEEK_MAX_GROUP_SIZE}"},
+         "topk_group": {"method=deepseek_v3": f"1..{routing.DEEPSEEK_MAX_TOPK_GROUP}"},
          "intermediate_size": {"activation=swiglu": "64.."}}
 
 

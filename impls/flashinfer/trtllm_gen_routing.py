@@ -64,6 +64,8 @@ LLAMA4_SHARD = "flashinfer-trtllm_gen_routing-llama4_warp_path_shard"  # open fi
 LLAMA4_WARP_MAX_TOKENS = 3  # the single-warp path (routing_path below)
 DEEPSEEK_MAX_TOPK_GROUP = 4
 DEEPSEEK_MAX_GROUPS = 8
+DEEPSEEK_MAX_GROUP_SIZE = 32  # one warp per group
+DEEPSEEK_TOP_K, DEEPSEEK_TOP_K_EXPERTS = (8, 22), 384  # the binding's top_k limit up to 384 experts, and above
 DEEPSEEK_MAX_EXPERTS = 512  # NumNemotronExperts: routed + fused shared
 ARCH_ENV = "DIFFTEST_TRTLLM_GEN_ARCH"  # force an nvcc arch ("90a") e.g. to prebuild on a host without a GPU
 
@@ -87,14 +89,24 @@ def available():
 # What unsupported() takes, field by field and, for most of them, per method (difftest/model/where.py): a
 # campaign, around a model preset too, draws the kernels' own eps (a method that does not renormalize reads none),
 # token range, largest expert tier and top_k (the grouped DeepSeekV3 kernel's 512 experts and binding's top_k <= 22 are
-# within its ungrouped 1024 / 32), which methods scale and always renormalize, MiniMax2's bias and that only DeepSeekV3
-# fuses shared experts, not learning them from declines. It keeps the other limits.
+# within its ungrouped 1024 / 32), which methods scale and always renormalize, the bias that MiniMax2 and ungrouped
+# DeepSeekV3 need (routingCustom reads it unchecked: NO_BIAS_CRASH), that only grouped DeepSeekV3 fuses shared experts,
+# and the grouped kernel's group limits, not learning them from declines. It keeps the other limits (grouped
+# DeepSeekV3's E % 4 == 0, which no space condition says; top_k < topk_group·E/n_group).
+UNGROUPED_DEEPSEEK = "method=deepseek_v3&n_group=1"  # a joint condition (difftest/model/where.py)
+DEEPSEEK_TOP_K_SPACE = {f"method=deepseek_v3&num_experts=..{DEEPSEEK_TOP_K_EXPERTS}": f"1..{DEEPSEEK_TOP_K[0]}",
+                        "method=deepseek_v3": f"1..{DEEPSEEK_TOP_K[1]}"}
 SPACE = {"method": list(METHODS), "logits_dtype": ["fp32", "bf16"], "num_tokens": "1..", "eps": EPS,
          "num_experts": {method: f"1..{most}" for method, most in MAX_EXPERTS.items()},
-         "top_k": {method: f"1..{most}" for method, most in MAX_TOP_K.items()},
          "routed_scaling_factor": {method: [None, 1.0] for method in METHODS if method not in SCALED},
-         "renormalize": {method: True for method in SCALED}, "bias_dtype": {"minimax2": ["fp32", "bf16"]},
-         "num_fused_shared_experts": {method: 0 for method in METHODS if method != "deepseek_v3"}}
+         "renormalize": {method: True for method in SCALED},
+         "bias_dtype": {"minimax2": ["fp32", "bf16"], UNGROUPED_DEEPSEEK: ["fp32", "bf16"]},
+         "num_fused_shared_experts": {**{method: 0 for method in METHODS if method != "deepseek_v3"},
+                                      UNGROUPED_DEEPSEEK: 0},
+         "n_group": {"deepseek_v3": f"1..{DEEPSEEK_MAX_GROUPS}"},
+         "experts_per_group": {"method=deepseek_v3&n_group=2..": f"1..{DEEPSEEK_MAX_GROUP_SIZE}"},
+         "top_k": {**{method: f"1..{most}" for method, most in MAX_TOP_K.items()}, **DEEPSEEK_TOP_K_SPACE},
+         "topk_group": {"deepseek_v3": f"1..{DEEPSEEK_MAX_TOPK_GROUP}"}}
 
 
 def unsupported(config):
@@ -132,14 +144,15 @@ def unsupported(config):
             if G > DEEPSEEK_MAX_GROUPS or tg > DEEPSEEK_MAX_TOPK_GROUP:
                 return (f"grouped DeepSeekV3 takes n_group <= {DEEPSEEK_MAX_GROUPS}, topk_group <= "
                         f"{DEEPSEEK_MAX_TOPK_GROUP} (got {G}, {tg})")
-            if E // G > 32:
-                return f"grouped DeepSeekV3: one warp per group, experts per group {E // G} > 32"
+            if E // G > DEEPSEEK_MAX_GROUP_SIZE:
+                return f"grouped DeepSeekV3: one warp per group, experts per group {E // G} > {DEEPSEEK_MAX_GROUP_SIZE}"
             if E + S > DEEPSEEK_MAX_EXPERTS:
                 return f"grouped DeepSeekV3: num_experts + shared = {E + S} > {DEEPSEEK_MAX_EXPERTS}"
     if c.method == "deepseek_v3" and k >= tg * (E // G):  # ungrouped too (n_group = topk_group = 1: top_k < E)
         return f"DeepSeekV3 needs top_k < topk_group·E/n_group ({k} >= {tg * (E // G)}; FlashInfer's argument check)"
-    if c.method == "deepseek_v3" and k > (8 if E <= 384 else 22):
-        return f"DeepSeekV3: top_k={k} above the binding's limit for E={E} (8 up to 384 experts, else 22)"
+    if c.method == "deepseek_v3" and k > (DEEPSEEK_TOP_K[0] if E <= DEEPSEEK_TOP_K_EXPERTS else DEEPSEEK_TOP_K[1]):
+        return (f"DeepSeekV3: top_k={k} above the binding's limit for E={E} ({DEEPSEEK_TOP_K[0]} up to "
+                f"{DEEPSEEK_TOP_K_EXPERTS} experts, else {DEEPSEEK_TOP_K[1]})")
     if c.method == "llama4" and k != 1:
         return "llama4 needs top_k == 1"
     if c.bias_dtype is not None and c.method not in ("deepseek_v3", "minimax2"):
