@@ -206,3 +206,20 @@ def test_a_joint_limit_on_two_fields_holds_where_both_do():
     assert any(c.bias_dtype is None for c in grouped) and any(c.num_fused_shared_experts for c in grouped)
     with pytest.raises(WhereError, match="must be FIELD=VALUE"):
         where.conditions({"top_k": {"method=topk&": "1..2"}})
+
+
+def test_summary_records_each_space_as_declared_and_it_reads_back_to_the_same_limits():
+    """summary.json's declared_spaces keeps what `spaces` cannot (limits per slice, joint limits): read back, it gives
+    the adapter's own joint limits and per-slice constraints."""
+    import json
+    from types import SimpleNamespace
+
+    from difftest.running import run
+    from impls.flashinfer import trtllm_gen_routing as routing
+
+    record = json.loads(json.dumps(run.drawn_inside(SimpleNamespace(impl=["flashinfer.trtllm_gen_routing"], where={},
+                                                                    special=False))))
+    declared = record["declared_spaces"]["flashinfer.trtllm_gen_routing"]
+    assert declared["bias_dtype"][routing.UNGROUPED_DEEPSEEK] == "fp32,bf16"
+    assert set(where.conditions(declared)) == set(where.conditions(routing.SPACE))
+    assert where.from_space(declared, label="llama4") == where.from_space(routing.SPACE, label="llama4")

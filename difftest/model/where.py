@@ -372,6 +372,16 @@ def to_json(where):
     return {field: one(c) for field, c in sorted(where.items())}
 
 
+def declared_json(space):
+    """A plug-in's ``space`` as JSON, as declared: each field's value, list or "LO..HI", or its dict by slice label
+    and joint condition ("method=deepseek_v3&n_group=1"), values as where.parse reads them (None is "none")."""
+    def one(value):
+        return _clause("", value).partition("=")[2]
+
+    return {field: {str(k): one(v) for k, v in value.items()} if isinstance(value, dict) else one(value)
+            for field, value in sorted(space.items())}
+
+
 def from_json(record):
     """The {field: Constraint} of a to_json record; a record that is not one is ignored ({})."""
     out = {}

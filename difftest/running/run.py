@@ -372,17 +372,21 @@ def fuzz(args):
 
 
 def drawn_inside(args):
-    """summary.json's record of what the campaign drew from (the report greys the rest): --where, each
-    implementation's declared space, and whether the NaN/Inf distributions were on (--special)."""
+    """summary.json's record of what the campaign drew from: --where, each implementation's space (``spaces``: the
+    limits that hold in every slice, which the report greys; ``declared_spaces``: the space as declared, its limits
+    per slice and its joint limits too, which exclude a value only where a slice or condition holds), and whether
+    the NaN/Inf distributions were on (--special)."""
     from ..checking import interface
     from ..model import where
 
-    spaces = {}
+    spaces, declared = {}, {}
     for ref in args.impl:
         impl = interface.load(ref)
         if getattr(impl, "space", None) is not None:
             spaces[impl.name] = where.to_json(where.from_space(impl.space, impl.name))
-    return {"where": where.to_json(args.where), "spaces": spaces, "special": bool(args.special)}
+            declared[impl.name] = where.declared_json(impl.space)
+    return {"where": where.to_json(args.where), "spaces": spaces, "declared_spaces": declared,
+            "special": bool(args.special)}
 
 
 def share_lines(shares, refused):
