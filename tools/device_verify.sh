@@ -16,7 +16,8 @@
 #   2b. `replay` of every GPU fixture: each fails as recorded (its stored signatures)  -> OUT/replay.txt
 #   2c. tools/nogemm_{bias,llama4_shard}_fixture.py: the no-GEMM layer's bf16-bias finding and the routing kernel's
 #      Llama4 shard bug through the layer, on cases made on the CPU, written as fixtures with their reports where the
-#      kernel fails them  -> OUT/{bias,llama4_shard}_fixture.txt, OUT/nogemm_fixtures.tgz
+#      kernel fails them (a new one joins this copy's fixtures/, known to step 3)  -> OUT/{bias,llama4_shard}_fixture.txt,
+#      OUT/nogemm_fixtures.tgz
 #   3. fresh-seed campaigns with --known fixtures/, in waves side by side (about 14 workers a wave; 21 in the first):
 #      presets: the no-GEMM presets for 170 s; adapters: the routing preset for 170 s beside the routing and no-GEMM
 #      adapters without one; sglang: every SGLang adapter, 60 s; rest: the other FlashInfer adapters and torch-cuda,
@@ -104,7 +105,8 @@ if want bias && fits 150 "no-GEMM fixtures"; then
     timeout -k 5 120 python3 tools/nogemm_${t}_fixture.py $W/nogemm_fixtures > "$O/${t}_fixture.txt" 2>&1
     echo "$t fixture exit $?"; tail -n 4 "$O/${t}_fixture.txt"
   done
-  [ -d $W/nogemm_fixtures ] && tar -C $W -czf "$O/nogemm_fixtures.tgz" nogemm_fixtures
+  [ -d $W/nogemm_fixtures ] && tar -C $W -czf "$O/nogemm_fixtures.tgz" nogemm_fixtures &&
+    cp -rn $W/nogemm_fixtures/* fixtures/  # a new one is known to the campaigns below (this copy of the tree only)
 fi
 
 step "3. campaigns (seed $SEED, --known fixtures/)"

@@ -62,7 +62,7 @@ if [ ! -f "$C/sglang/sglang_kernel-0.4.4-sm90.tar.xz" ]; then
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
     -d "$S/dl" sglang-kernel==0.4.4
   mkdir -p "$S/sgl" "$C/sglang"
-  (cd "$S/sgl" && unzip -q "$S"/dl/sglang_kernel-0.4.4-*.whl 'sgl_kernel/*.py' 'sgl_kernel/**/*.py' \
+  (cd "$S/sgl" && unzip -q "$S"/dl/sglang_kernel-0.4.4-*.whl 'sgl_kernel/*.py' \
      'sgl_kernel/sm90/common_ops.abi3.so' 'sglang_kernel-0.4.4.dist-info/METADATA' \
      'sglang_kernel-0.4.4.dist-info/WHEEL' 'sglang_kernel-0.4.4.dist-info/licenses/LICENSE')
   tar -C "$S/sgl" -cJf "$C/sglang/sglang_kernel-0.4.4-sm90.tar.xz" sgl_kernel sglang_kernel-0.4.4.dist-info
