@@ -62,6 +62,13 @@ TORCH_CPU_SIGMOID_REL = 2.5  # in units of u = 2^-24, rounded up from the measur
 # in [-105, 105], benchmarks/sigmoid/sigmoid_2.11.0_cu130_cuda.json): ≤ 3.5312·u·σ at normal results (3.43 ulps),
 # monotone, 0 from x = -88.72284 down as on the CPU.
 TORCH_CUDA_SIGMOID_REL = 3.6
+# torch's fp32 exp as a softmax uses it (Recipe.exp "rn": a correctly rounded exp, or torch's): torch.exp (MKL's vsExp)
+# and the exp inside torch.softmax (ATen's vectorized softmax: Sleef's expf_u10), over every fp32 in [-104, 0]
+# (tools/measure_exp.py, torch 2.13 CPU, AVX512; benchmarks/exp/, docs/semantics.md §1.9): ≤ TORCH_EXP_REL·u·e^x at
+# every normal result, and within TORCH_EXP_SUBNORMAL·2^-149 of e^x below the fp32 min normal (gradual underflow,
+# 0 from x = -103.972 down as in a correctly rounded exp). A correctly rounded exp is within 1·u and 0.5·2^-149.
+TORCH_EXP_REL = 1.4  # in units of u = 2^-24, rounded up from the measured 1.3870 (softmax's exp; torch.exp 1.0604)
+TORCH_EXP_SUBNORMAL = 0.76  # in units of 2^-149, rounded up from the measured 0.7505 (softmax's exp; torch.exp 0.5)
 LAMBDA = 6.0
 U32, U64 = FP32.unit_roundoff, FP64.unit_roundoff
 HOPPER_U = 2.0**-13  # Hopper FP8 tensor-core accumulator: ~13 fraction bits, truncating (DeepSeek-V3 §3.3.2)
@@ -580,8 +587,9 @@ def routing_key_delta(logits, scores, key_class, recipe, biased_keys=None):
     σ + b where a bias is added (the bias as recipe.bias reads it). Per key: raw logits exact (0); a sigmoid
     c·u·|s| + fp32 min normal, c = 1 correctly rounded, C_EVAL for expf, plus 2|x|(1 − σ)·u·σ for fast-math
     __expf (exp="ex2"; spec.routing.exp_exponents), or (u + u_s)·σ + 0.5·TANH_APPROX_REL·|tanh(x/2)| + min normal
-    for tanh.approx; a softmax (E + 2)·u·(1 + u_s) + u_s relatively (exp, E-term sum, divide) plus 3|x − max|·u
-    for exp="ex2"; u_s·|key| + half the format's min subnormal more where the scores are stored in
+    for tanh.approx; a softmax (softmax_coefficient(E, recipe)·u·(1 + u_s) + u_s)·p + a·(|z| + Σ_j p_j·|z_j|)·u·p,
+    z = x − max, a = 1 (fl(x − max) before exp) or 3 for exp="ex2" (and fl(z·fl(log2 e))); u_s·|key| + half the
+    format's min subnormal more where the scores are stored in
     recipe.routing_scores (fp16 stores σ < 2^-25 as 0); a bias add max(u, u_b)·|s + b| (+ half the min subnormal of
     recipe.routing_bias_add). c = TORCH_CPU_SIGMOID_REL for "torch_cpu", TORCH_CUDA_SIGMOID_REL for "torch_cuda".
     δ is the largest over the token's experts (a NaN key ranks last, exactly: 0)."""
@@ -594,11 +602,11 @@ def routing_key_delta(logits, scores, key_class, recipe, biased_keys=None):
     if key_class == "raw":
         dkey = np.zeros_like(x)
     elif key_class == "softmax":
-        dkey = ((E + 2) * U32 * (1 + u_s) + u_s) * scores + FP32.min_normal + tiny
-        if recipe.exp == "ex2":  # fl(x − max) and 2^fl(z·fl(log2 e)): e^z off by 3|z|·u
-            with np.errstate(invalid="ignore"):
-                z = np.abs(x - x.max(axis=-1, keepdims=True))
-            dkey = dkey + 3 * U32 * np.where(np.isfinite(z), z, 0.0) * scores
+        dkey = (gamma(softmax_coefficient(E, recipe), U32) * (1 + u_s) + u_s) * scores + FP32.min_normal + tiny
+        with np.errstate(invalid="ignore"):  # fl(x − max) (and 2^fl(z·fl(log2 e))): e^z off by |z|·u (3|z|·u)
+            z = np.abs(x - x.max(axis=-1, keepdims=True))
+            z = np.where(np.isfinite(z) & (scores > 0), z, 0.0)
+        dkey = dkey + (3 if recipe.exp == "ex2" else 1) * U32 * (z + (scores * z).sum(axis=-1, keepdims=True)) * scores
     elif key_class == "sigmoid":
         dkey = (c_sigmoid * U32 * (1 + u_s) + u_s) * scores + FP32.min_normal + tiny
         if recipe.exp == "ex2" and recipe.sigmoid == "expf":  # spec.routing.exp_exponents: σ off by 2|x|(1 − σ)·u
@@ -611,6 +619,16 @@ def routing_key_delta(logits, scores, key_class, recipe, biased_keys=None):
     else:
         raise ValueError(f"key_class={key_class!r} is not one of {routing.KEY_CLASSES}")
     return np.where(np.isnan(dkey), 0.0, dkey).max(axis=-1, initial=0.0)
+
+
+def softmax_coefficient(num_experts, recipe):
+    """K with |p̃ − p| ≤ γ_K·p for an fp32 softmax p̃_i = ẽ_i·fl(1/Σ̃) (or ẽ_i/Σ̃) of exact arguments, first order:
+    p̃_i/p_i − 1 = α_i − Σ_j p_j·(α_j + θ_j) + ρ + μ with ẽ_j = e_j(1 + α_j), |α_j| ≤ c·u, the sum's |θ_j| ≤ (E − 1)·u,
+    the reciprocal's |ρ| ≤ r·u and the multiply's |μ| ≤ u (a true divide: one rounding, within r + 1): K = 2c + E − 1
+    + r + 1. Exp "rn": c = TORCH_EXP_REL (torch's exps, measured; a correctly rounded one has c = 1), r = 1; "ex2"
+    (fast math): c = MUFU_EX2_REL/u of MUFU.EX2, r = MUFU_RCP_REL/u of MUFU.RCP."""
+    c, r = (MUFU_EX2_REL / U32, MUFU_RCP_REL / U32) if recipe.exp == "ex2" else (TORCH_EXP_REL, 1.0)
+    return 2 * c + num_experts + r
 
 
 def routing_group_delta(group_keys, delta, summed, recipe):
@@ -633,7 +651,9 @@ def routing_underflow(scores, score_kind, renormalized, recipe, num_experts, rsf
     Model: a correctly rounded fp32 operation gives fl(v) = v(1 + δ) + η, |δ| ≤ u, |η| ≤ η₀ = 2^-150 (half the
     subnormal spacing 2^-149), η ≠ 0 only when the result is subnormal; additions are exact there (η = 0). So:
     * a score s̃ = s(1 + δ) + e carries |e| ≤ η_s: sigmoid "exact" one rounding, η_s = η₀; softmax exp then a
-      divide by Σ ≥ 1 (the row maximum's term is 1), η_s = 2η₀; sigmoid "expf" (and "torch_cpu" / "torch_cuda",
+      divide by Σ ≥ 1 (the row maximum's term is 1; or a multiply by fl(1/Σ), a normal number), η_s = η_e + η₀,
+      η_e = TORCH_EXP_SUBNORMAL·2^-149 = 1.52η₀ (torch's exp below the min normal, measured; a correctly rounded
+      one is within η₀); sigmoid "expf" (and "torch_cpu" / "torch_cuda",
       measured: 0 below x = −88.7228) flushes σ(x) to 0 wherever expf(−x) overflows (x < −88.72, σ < 2.9e-39),
       so η_s = 2^-127 (> σ(−88.72) + η₀); raw logits η_s = 0.
     * w = s·rsf: |e|·rsf + η₀ (the multiply).
@@ -656,7 +676,7 @@ def routing_underflow(scores, score_kind, renormalized, recipe, num_experts, rsf
     if score_kind == "raw":
         eta_s = 0.0
     elif score_kind in ("softmax", "softmax_of_selected"):
-        eta_s = 2 * eta
+        eta_s = max(eta, TORCH_EXP_SUBNORMAL * FP32.min_subnormal) + eta
     else:
         eta_s = eta if recipe.sigmoid == "exact" else max(eta, 2.0**-127)
     eta_s += as_format(recipe.routing_scores).min_subnormal / 2 if recipe.routing_scores != "fp32" else 0.0

@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass, replace
 # with an exp that is not correctly rounded: within TORCH_CPU_SIGMOID_REL·u / TORCH_CUDA_SIGMOID_REL·u of σ at normal
 # results and 0 below x ≈ -88.72 (spec/bounds.py, measured by tools/measure_sigmoid.py over every fp32 in [-105, 105]).
 SIGMOIDS = ("exact", "expf", "tanh", "torch_cpu", "torch_cuda")
-EXPS = ("rn", "ex2")  # how exp is evaluated: correctly rounded, or CUDA fast-math __expf (spec/routing.py _exp)
+# How exp is evaluated (spec/routing.py _exp): "rn" correctly rounded (the bounds also admit torch's exps, measured
+# within bounds.TORCH_EXP_REL·u by tools/measure_exp.py), or "ex2" CUDA fast-math __expf.
+EXPS = ("rn", "ex2")
 RENORM_ORDERS = ("divide_then_scale", "scale_then_divide")
 # spec/quant.py per_token_group_quant_fp8: the three host formulations (correctly rounded operations, drawn by the
 # strategies) and the device ones with the GPU's reciprocal (hopper.hopper_rcp), which only implementations that
@@ -327,7 +329,8 @@ TORCH_EAGER_BF16 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_bf16", requant_in
 TORCH_EAGER_MXFP8 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_mxfp8")
 TORCH_EAGER_NVFP4 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_nvfp4")
 # The same code on CUDA (difftest/checking/impl_torch.py torch-cuda): cuBLAS epilogues / fp32→bf16 conversions flush
-# subnormals to zero (runs/cuda_findings, campaigns/h200/results.md "Third H200 call").
+# subnormals to zero (runs/cuda_findings, campaigns/h200/results.md "Third H200 call"). Its σ stays "exact", not
+# "torch_cuda": routing computes σ and the softmax in float64 and rounds once on either device (docs/semantics.md §1.8).
 TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_cuda_"), subnormals="flush")
                          for r in (TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8, TORCH_EAGER_NVFP4))
 

@@ -284,6 +284,68 @@ def test_torch_sigmoid_model_covers_its_measurement(sigmoid):
         assert abs(got - true) <= bounds.routing_key_delta(np.array([[x]]), np.array([[true]]), "sigmoid", recipe)[0]
 
 
+EXP_MEASURED = sorted((ROOT / "benchmarks" / "exp").glob("exp_*.json"))  # tools/measure_exp.py, one file per host
+# softmax rows: a near tie of two, a spread of eight, 256 drawn logits (std 4), 64 equal but one
+SOFTMAX_ROWS = [np.array([0.0, -2.0**-20]), np.array([0.0, -1e-3, -0.5, -1.0, -2.0, -4.0, -8.0, -30.0]),
+                np.random.default_rng(36).normal(0.0, 4.0, 256), np.r_[1.0, np.zeros(63)]]
+
+
+def worst_softmax(x, c, sign):
+    """Each p_i of an fp32 softmax of x pushed as far up (sign 1) or down (-1) as its roundings allow, exps off by
+    c·u: x_i − max rounded toward its side and its exp c·u further, every other term the other way (the row maximum's
+    exp too), the sum γ_{E−1} the other way, the reciprocal and the multiply one u each toward the side. float64."""
+    from spec.bounds import U32, gamma
+
+    z = np.asarray(x, np.float64) - np.max(x)
+    near, far = np.exp(z * (1 - sign * U32)) * (1 + sign * c * U32), np.exp(z * (1 + sign * U32)) * (1 - sign * c * U32)
+    total = (far.sum() - far + near) * (1 - sign * gamma(len(z) - 1, U32))
+    return near / total * (1 + sign * U32) ** 2
+
+
+@pytest.mark.parametrize("name", [p.name for p in EXP_MEASURED])
+def test_softmax_allowance_covers_the_measured_exp(name):
+    """torch's fp32 exp as a softmax uses it (tools/measure_exp.py over every fp32 in [-104, 0], benchmarks/exp/):
+    every path within bounds.TORCH_EXP_REL·u at normal results and TORCH_EXP_SUBNORMAL·2^-149 below (an underflow to 0
+    included), the softmax's exp recovered without a misfit. A softmax whose exps are off by the largest measured
+    error, its other roundings (argument, sum, reciprocal, multiply) each at their worst, stays within the key δ
+    (bounds.routing_key_delta) and, at its top-k ids, within the weights' bound vs ideal (bounds.routing_weights);
+    on this CPU, torch's softmax of [0, x] at the recorded worst x lies within δ."""
+    import torch
+
+    from spec import bounds
+    from spec import routing as sr
+
+    measured = json.loads((ROOT / "benchmarks" / "exp" / name).read_text())
+    paths = [p["fp32"] for p in measured["paths"].values()]
+    assert paths, name
+    for m in paths:
+        assert m["max_relative_error_in_u_at_normal_results"] <= bounds.TORCH_EXP_REL
+        assert m["max_abs_error_below_min_normal"] <= bounds.TORCH_EXP_SUBNORMAL * 2.0**-149
+        assert m["largest_true_exp_flushed_to_zero"] <= bounds.TORCH_EXP_SUBNORMAL * 2.0**-149
+        assert m.get("inconsistent", 0) == 0 and m.get("wide_row_outputs_differing", 0) == 0
+    c = max(m["max_relative_error_in_u_at_normal_results"] for m in paths)
+    recipe = recipes.Recipe(name="m")
+    for x in SOFTMAX_ROWS:
+        p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+        delta = bounds.routing_key_delta(x[None], p[None], "softmax", recipe)[0]
+        k = min(4, len(x))
+        ids = np.argsort(-p, kind="stable")[None, :k]
+        w = p[ids]
+        ideal = bounds.routing_weights(w, recipe, len(x), k,
+                                       softmax_exponents=sr.softmax_exponents(x[None], "default", ids)).ideal
+        for sign in (1, -1):
+            worst = worst_softmax(x, c, sign)
+            assert (np.abs(worst - p) <= delta).all(), (len(x), sign, np.abs(worst - p).max() / delta)
+            written = worst[ids] * (1 + sign * bounds.U32)  # the fp32 write
+            assert (np.abs(written - w) <= ideal).all(), (len(x), sign)
+    if measured["cuda_device"] is None:
+        worst_x = max(paths, key=lambda m: m["max_relative_error_in_u_at_normal_results"])["at_max_relative_error"]["x"]
+        got = torch.softmax(torch.tensor([0.0, worst_x]), dim=-1).double().numpy()
+        true = np.exp(np.array([0.0, worst_x])) / (1 + np.exp(worst_x))
+        delta = bounds.routing_key_delta(np.array([[0.0, worst_x]]), true[None], "softmax", recipe)[0]
+        assert (np.abs(got - true) <= delta).all()
+
+
 # issue 36: six logits within 6 fp32 ulps of 0.5078125; torch's σ maps all six to 0.6242935657501221, the correctly
 # rounded σ keeps 1 and 4 one ulp above 0, 2 and 3.
 TIED = [[0.5078125, 0.5078128576278687, 0.5078125, 0.5078125, 0.5078128576278687, 0.5078127384185791]]

@@ -165,6 +165,20 @@ def test_route_underflowing_sigmoid():
     assert w.tolist() == [[0.0, 0.0]]
 
 
+def test_route_sigmoid_is_rounded_once_not_torchs_fp32_kernel():
+    """Why torch eager declares sigmoid "exact" on CPU and CUDA alike (RECIPE; spec.recipes.TORCH_EAGER_CUDA), not
+    "torch_cpu" / "torch_cuda": its routing σ is the float64 value rounded once, so the weights of sigmoid routing
+    are the correctly rounded σ (python math) where torch's fp32 kernel differs: issue 36's logits, whose six
+    distinct σ its fp32 sigmoid merges into one value, and -100, which it flushes to 0 (the float64 path is the same
+    on CUDA, whose fp32 sigmoid also returns 0 from -88.72 down, docs/semantics.md §1.8)."""
+    logits = [0.5078125, 0.5078128576278687, 0.5078127384185791, -100.0]
+    x = torch.tensor([logits])
+    _, w = route(x, method="sigmoid", top_k=4)
+    want = sorted((np.float32(1 / (1 + math.exp(-v))) for v in logits), reverse=True)
+    assert w[0].tolist() == [float(v) for v in want]
+    assert sorted(torch.sigmoid(x)[0].tolist(), reverse=True) != w[0].tolist()
+
+
 def test_route_renorm_orders_are_their_fp32_formulas():
     torch.manual_seed(1)
     x = torch.randn(64, 8)

@@ -34,22 +34,25 @@ def _bits(v):
     return int(np.float32(v).view(np.uint32))
 
 
-def ascending_chunks(window, outside_stride, stride):
+def ascending_chunks(window, outside_stride, stride, nonpositive=False):
     """uint32 bit patterns of float32 values in ascending order: (-inf, -window) every outside_stride-th pattern,
-    [-window, window] every stride-th, (window, inf] every outside_stride-th (±inf always)."""
-    neg_inf, neg_w, pos_w, pos_inf = 0xFF800000, _bits(-window), _bits(window), 0x7F800000
+    [-window, window] every stride-th, (window, inf] every outside_stride-th (±inf always). nonpositive: [-window, 0]
+    and below only (-inf included), the x − max a softmax exponentiates (tools/measure_exp.py)."""
+    neg_inf, neg_w, pos_w, pos_inf = 0xFF800000, _bits(-window), _bits(0 if nonpositive else window), 0x7F800000
     segments = [
         (neg_inf, neg_w, -outside_stride),  # negative patterns: larger bits are more negative
         (neg_w, 0x80000000 - 1, -stride),
         (0x00000000, pos_w + 1, stride),
-        (pos_w + outside_stride, pos_inf, outside_stride),
     ]
+    if not nonpositive:
+        segments.append((pos_w + outside_stride, pos_inf, outside_stride))
     for start, stop, step in segments:
         for a in range(start, stop, step * CHUNK):
             b = a + step * CHUNK
             b = max(b, stop) if step < 0 else min(b, stop)
             yield np.arange(a, b, step, dtype=np.int64).astype(np.uint32)
-    yield np.array([pos_inf], np.uint32)
+    if not nonpositive:
+        yield np.array([pos_inf], np.uint32)
 
 
 def ulp(v):
@@ -59,9 +62,10 @@ def ulp(v):
 
 
 class Stats:
-    """Running statistics of one path over chunks in ascending x."""
+    """Running statistics of one path over chunks in ascending x; `what` names the function in the summary."""
 
-    def __init__(self):
+    def __init__(self, what="sigma"):
+        self.what = what
         self.n = self.correctly_rounded = self.nonmonotone = 0
         self.max_ulp = self.max_rel_u = self.max_abs_subnormal = self.max_true_flushed = 0.0
         self.at_max_ulp = self.at_max_rel = None
@@ -114,6 +118,13 @@ class Stats:
         last = int(starts[-1])
         self.carry = (float(x[last]), float(s[last]), float(ref[last]))
 
+    def add_exact(self, count):
+        """count more results inside a chunk whose two ends went through add: each equal to both ends and correctly
+        rounded, their true values between the ends' in one binade (a constant run of a monotone function: the ends
+        bear its largest errors, its run and its monotonicity are theirs), so only the counts change."""
+        self.n += count
+        self.correctly_rounded += count
+
     def summary(self):
         return {
             "values": self.n,
@@ -125,7 +136,7 @@ class Stats:
             "max_abs_error_below_min_normal": self.max_abs_subnormal,
             "largest_x_flushed_to_zero": self.largest_zero_x,
             "smallest_x_with_positive_result": self.smallest_positive_x,
-            "largest_true_sigma_flushed_to_zero": self.max_true_flushed,
+            f"largest_true_{self.what}_flushed_to_zero": self.max_true_flushed,
             "nonmonotone_steps": self.nonmonotone,
             "nonmonotone_examples_x0_x1_s0_s1": self.nonmonotone_examples,
             "widest_run_in_ulps_of_true_values": self.widest_run[0],
