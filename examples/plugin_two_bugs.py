@@ -2,8 +2,8 @@
 
     python -m difftest fuzz --impl examples/plugin_two_bugs.py:TWO_BUGS --op routing --max-examples 100
 
-reports both in one run (README, "Plug-ins"): the weights of a token's first expert 1 % high (a mismatch in
-``weights``) and a ValueError for more than two tokens (an ``error``).
+reports both in one run (docs/plugins.md, "A kernel author's loop"): the weights of a token's first expert 1 %
+high (a mismatch in ``weights``) and a ValueError for more than two tokens (an ``error``).
 """
 
 import importlib.util

@@ -5,6 +5,7 @@ and every ``docs/semantics.md §N`` citation names a section that exists."""
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,48 @@ def test_semantics_citations_name_existing_sections():
                                       ("../shared/reference/x.md", False), ("docs/semantics.md §2.4", True)])
 def test_the_outside_pattern_itself(text, ok):
     assert (OUTSIDE.search(text) is None) == ok
+
+
+def test_readme_is_an_entry_page_that_links_every_doc():
+    """Issue 37: the README stays short (what and why, install, the two commands, a walkthrough, the layout) and
+    leads to every page of docs/, where the details live."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = readme.count("\n")
+    assert 60 < lines <= 250, f"README.md has {lines} lines (issue 37: at most 250; details go to docs/)"
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+    assert len(pages) >= 10, pages
+    unlinked = [p for p in pages if f"]({p})" not in readme]
+    assert not unlinked, f"README.md does not link {unlinked}"
+
+
+def measured_rows():
+    """The rows of docs/measured.md's one table of current figures (the first table of the page)."""
+    text = (ROOT / "docs" / "measured.md").read_text(encoding="utf-8")
+    table = text[text.index("| what | figure | date | command |"):].split("\n\n")[0].splitlines()
+    return [re.split(r"(?<!\\)\|", line)[1:-1] for line in table[2:]]
+
+
+def test_every_measured_figure_has_a_date_and_a_command():
+    """docs/measured.md: one row per measure, each with its figure, the date it was measured and the command that
+    measures it (the rule that numbers in docs are measured, with the command)."""
+    rows = measured_rows()
+    assert len(rows) >= 20, len(rows)
+    bad = [r[0].strip() for r in rows if len(r) != 4 or not re.search(r"\d", r[1])
+           or not re.search(r"\b20\d\d-\d\d-\d\d\b", r[2]) or "`" not in r[3]]
+    assert not bad, f"rows without a figure, a date or a command: {bad}"
+
+
+@pytest.mark.parametrize("row, ok", [("| a | 3 cases | 2026-12-01 | `python -m difftest fuzz` |", True),
+                                     ("| a | 3 cases | yesterday | `python -m difftest fuzz` |", False),
+                                     ("| a | 3 cases | 2026-12-01 | by hand |", False),
+                                     ("| a \\| b | 3 cases | 2026-12-01 | `x` |", True)])
+def test_the_measured_row_check_itself(row, ok, monkeypatch, tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "measured.md").write_text("# M\n\n| what | figure | date | command |\n|---|---|---|---|\n"
+                                                    + (row + "\n") * 20 + "\nafter\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    if ok:
+        test_every_measured_figure_has_a_date_and_a_command()
+    else:
+        with pytest.raises(AssertionError):
+            test_every_measured_figure_has_a_date_and_a_command()

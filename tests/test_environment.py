@@ -1,6 +1,6 @@
 """The pinned test environment: tox's default env installs through PIP_CONSTRAINT=constraints.txt, and every
 distribution installed in it must be listed there at its installed version, so that a new upstream release
-cannot change what `tox` runs (README, "Refreshing the pins")."""
+cannot change what `tox` runs (docs/testing.md, "Refreshing the pins")."""
 
 import importlib.metadata
 import os

@@ -37,7 +37,7 @@ K1 = "difftest.selftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"
 # --model deepseek-v3: one routing cell around DeepSeek-V3, where K1's bug shows on the first examples
 K1_CAMPAIGN = ["fuzz", "--impl", K1, "--model", "deepseek-v3", "--workers", "1"]
 CASE = Case("routing", RoutingConfig("deepseek_v3", 3, 8, 2, 2, 1, 2.5, bias_dtype="fp32"), "normal", 4)
-TRIED = {"fixtures": 0, "argv": 0}  # bad inputs tried, for the README figures (printed with -s)
+TRIED = {"fixtures": 0, "argv": 0}  # bad inputs tried, for the figures of docs/measured.md (printed with -s)
 
 
 def difftest(*args, timeout=240, **kw):

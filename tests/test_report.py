@@ -365,7 +365,7 @@ SCREENSHOT_WIDTH = 1400
 
 
 def screenshot(html, png, profile, height):
-    """The page in headless Chromium at SCREENSHOT_WIDTH pixels (README, "The report", has the command)."""
+    """The page in headless Chromium at SCREENSHOT_WIDTH pixels (docs/cli.md, "The report", has the command)."""
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={profile}", f"--screenshot={png}", f"--window-size={SCREENSHOT_WIDTH},{height}"]

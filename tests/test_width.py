@@ -2,7 +2,7 @@
 WIDTH) on moe layers of H = 64, 512, 2048 and 7168 (I = 64, 256, 768, 2048: Qwen3-30B-A3B's and DeepSeek-V3's I at
 the two model widths; 8 experts, top-2, to keep a CPU run in minutes). A bug is detected at a width when a changed case
 fails on its own or the campaign cell's bias test rejects. `python -m pytest -m heavy tests/test_width.py -s`
-prints the table of README's measured section."""
+prints the tables of docs/measured.md, "Detection across widths"."""
 
 import pytest
 
@@ -16,7 +16,7 @@ DETECTED_AT_EVERY_WIDTH = (("gemm1_out_truncated", "normal"), ("expert_out_trunc
 # Every case it changes fails on its own, at every width: the unbiased narrower store on "sparse" inputs, whose
 # bound counts 16 products per output (docs/comparisons.md, "Width"). On "normal" inputs it hides under the dense
 # layer's accumulation bound from H = 512 on: printed, not asserted. The truncating accumulator of a bf16 pipeline is
-# measured apart (tests/test_bias.py, README): too slow for a sweep.
+# measured apart (tests/test_bias.py, docs/measured.md): too slow for a sweep.
 FAILS_EVERY_CHANGED_CASE = (("silu_stored_bf16", "sparse"),)
 PRINTED = (("silu_stored_bf16", "normal"),)
 IDENTITY = (("identity", "normal"), ("identity", "sparse"))

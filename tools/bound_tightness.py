@@ -1,4 +1,4 @@
-"""How tight the hard bound is, per recipe: the table of README's "Measured" section (issue 21).
+"""How tight the hard bound is, per recipe: docs/measured.md, "The bound's tightness by recipe" (issue 21).
 
     python tools/bound_tightness.py
 
