@@ -90,15 +90,18 @@ def test_an_ordinary_exception_is_still_a_finding_of_kind_error(plugin, tmp_path
     assert res.signature.kind == "error" and fixtures.load(res.fixture).kind == "error"
 
 
-@pytest.mark.parametrize("name, field", [("NAMED", "permutation"), ("NAMED_ISOLATED", "permutation"),
-                                         ("ORDINARY", "RuntimeError"), ("VALUE_ISOLATED", "ValueError")])
-def test_an_errors_signature_is_what_it_names_or_its_own_type_in_a_worker_too(plugin, name, field, tmp_path):
+@pytest.mark.parametrize("name, field, raised", [("NAMED", "permutation", "ShardIndexError: slot 0 off its shard"),
+                                                 ("NAMED_ISOLATED", "permutation", "ShardIndexError: slot 0 off its"),
+                                                 ("ORDINARY", "RuntimeError", "RuntimeError: [Errno 17]"),
+                                                 ("VALUE_ISOLATED", "ValueError", "ValueError: bad shape")])
+def test_an_errors_signature_is_what_it_names_or_its_own_type_in_a_worker_too(plugin, name, field, raised, tmp_path):
     """An exception that states ``difftest_failure`` is signed by it (two bugs an adapter stops on with one exception
     type stay two findings, and --known can tell them apart); any other by its type, which an isolated worker relays
     (it was the worker's RuntimeError wrapper before)."""
     impl, ref = plugin(name)
     res = campaign.fuzz_cell(impl, ref, "routing", fixtures_root=tmp_path / "fixtures", hypothesis_settings=CASES)
     assert (res.signature.kind, res.signature.field) == ("error", field), res.signature
+    assert f"{impl.name} raised {raised}" in res.finding, res.finding  # the type raised, in a worker too
     stored = campaign.fixture_signatures(fixtures.load(res.fixture).meta)
     assert [(s.kind, s.field) for s in stored] == [("error", field)], stored
 

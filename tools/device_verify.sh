@@ -7,7 +7,8 @@
 #   apache_tvm_ffi-*.whl, cubin/ (the trtllmGen_bmm_export headers), prebuilt/ (the sm_90a trtllm-gen modules),
 #   sglang/sglang_kernel-0.4.4-sm90.tar.xz (docs/sglang.md §2: sgl-kernel's Python files and SM90 library, 14 MB)
 # Steps, most valuable first, each under its own timeout so that the later ones still run (DEVICE_VERIFY_STEPS
-# picks some: tier bare repro replay bias presets adapters sglang rest mono):
+# picks some: tier bare repro replay bias exp presets adapters sglang rest mono; everything but log.txt and digest.txt
+# comes back in OUT/results.tgz):
 #   1. the GPU tier (python -m pytest -m "gpu and not heavy", the command of tox -e gpu)  -> OUT/gpu_tier.{log,xml};
 #      bare: the same without flashinfer, and without sgl-kernel, side by side  -> OUT/gpu_tier_no_*.{log,xml}
 #   2. every GPU fixture's `show --script` reproducer, run from outside the tree: the FlashInfer and SGLang ones with
@@ -18,6 +19,7 @@
 #      Llama4 shard bug through the layer, on cases made on the CPU, written as fixtures with their reports where the
 #      kernel fails them (a new one joins this copy's fixtures/, known to step 3)  -> OUT/{bias,llama4_shard}_fixture.txt,
 #      OUT/nogemm_fixtures.tgz
+#   2d. exp: tools/measure_exp.py on the device (torch's fp32 exp and the exp inside torch.softmax)  -> OUT/exp/
 #   3. fresh-seed campaigns with --known fixtures/, in waves side by side (about 14 workers a wave; 21 in the first):
 #      presets: the no-GEMM presets for 170 s; adapters: the routing preset for 170 s beside the routing and no-GEMM
 #      adapters without one; sglang: every SGLang adapter, 60 s; rest: the other FlashInfer adapters and torch-cuda,
@@ -33,7 +35,7 @@ rm -rf $W; mkdir -p "$O/campaigns" $W/site $W/sgl $W/scripts $W/runs
 exec > >(tee "$O/log.txt") 2>&1
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 FLASHINFER_WORKSPACE_BASE=$W/ws
 step() { echo "== +${SECONDS}s $*"; }
-want() {  # STEP: whether DEVICE_VERIFY_STEPS (a space-separated list of tier bare repro replay bias presets adapters rest
+want() {  # STEP: whether DEVICE_VERIFY_STEPS (a space-separated list of tier bare repro replay bias exp presets adapters rest
   # mono; default all) names it, for a second call that runs what the first had no time for
   [ -z "${DEVICE_VERIFY_STEPS:-}" ] || [[ " $DEVICE_VERIFY_STEPS " == *" $1 "* ]] || { echo "not asked for: $1"; false; }
 }
@@ -109,6 +111,12 @@ if want bias && fits 150 "no-GEMM fixtures"; then
     cp -rn $W/nogemm_fixtures/* fixtures/  # a new one is known to the campaigns below (this copy of the tree only)
 fi
 
+step "2d. torch's fp32 exp on this device (issue 36: the softmax key allowance, docs/semantics.md §1.9)"
+if want exp && fits 150 "exp measurement"; then
+  timeout -k 5 140 python3 tools/measure_exp.py --out "$O/exp" --devices cuda > "$O/exp.txt" 2>&1
+  echo "exp measurement exit $?"; tail -n 12 "$O/exp.txt"
+fi
+
 step "3. campaigns (seed $SEED, --known fixtures/)"
 campaign() {  # NAME SECONDS WORKERS IMPL [ARGS...]
   local name=$1 s=$2 n=$3 impl=$4 d=$W/runs/$1 o=$O/campaigns/$1; shift 4
@@ -172,5 +180,7 @@ for d in sorted(pathlib.Path(sys.argv[1]).iterdir()):
     for reason, n in sorted(s["skips"].items(), key=lambda kv: -kv[1])[:3]:
         print(f"   skipped {n}: {reason[:200]}")
 EOF
-tar -C "$O" -czf "$O/campaigns.tgz" campaigns && rm -rf "$O/campaigns"  # one file: the call returns few
 step "done"
+# one archive beside log.txt and digest.txt: a device call returns at most 8 files
+(cd "$O" && tar -czf results.tgz --exclude=log.txt --exclude=digest.txt --exclude=results.tgz ./* &&
+  find . -mindepth 1 -maxdepth 1 ! -name log.txt ! -name digest.txt ! -name results.tgz -exec rm -rf {} +)

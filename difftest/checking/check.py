@@ -59,13 +59,21 @@ def _isolated(runner, case):
 
 
 class IsolatedError(RuntimeError):
-    """An implementation's exception raised in an isolation worker (the message is its last traceback line, "Type:
-    message"), carrying the (field, check) pair it named there (interface.failure_of): the signature of an error
-    is the same in a worker as in process."""
+    """An implementation's exception raised in an isolation worker (`detail`: "Type: its first line"), carrying the
+    (field, check) pair it named there (interface.failure_of): the signature and message of an error are the same
+    in a worker as in process."""
 
     def __init__(self, detail, failure):
-        super().__init__(f"error: {detail}")
+        super().__init__(detail)
+        self.detail = detail
         self.difftest_failure = tuple(failure) if failure else ("RuntimeError", "raised")
+
+
+def raised(e):
+    """"Type: first line" of an implementation's exception; a worker's relayed one as it was raised there."""
+    if isinstance(e, IsolatedError):
+        return e.detail
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
 def tester_error(e, tag):
@@ -162,7 +170,7 @@ def run_case(impl, case, inputs=None, *, repeat=False, tag=None, runner=None):
         return Result(
             "error",
             np.inf,
-            f"{impl.name} raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} [{tag}]",
+            f"{impl.name} raised {raised(e)} [{tag}]",
             seconds=time.perf_counter() - t0,
             failures=(failure_of(e),),
         )

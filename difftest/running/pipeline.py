@@ -99,8 +99,7 @@ def run_on_device(impl, case, inputs, runner=None):
     except Exception as e:  # an implementation that raises on a supported case is a finding
         if interface.is_harness_error(e):  # ... unless the tester's machinery raised (check.TESTER_ERROR)
             return "skip", check.tester_error(e, f"{case.op}, {impl.name}"), None, time.perf_counter() - t0
-        line = str(e).splitlines()[0] if str(e) else ""
-        return "error", f"{impl.name} raised {type(e).__name__}: {line} [{case.op}, {impl.name}]", \
+        return "error", f"{impl.name} raised {check.raised(e)} [{case.op}, {impl.name}]", \
             (interface.failure_of(e),), time.perf_counter() - t0
     return "ran", "", {k: np.asarray(v) for k, v in out.items()}, time.perf_counter() - t0
 
