@@ -62,13 +62,16 @@ TORCH_CPU_SIGMOID_REL = 2.5  # in units of u = 2^-24, rounded up from the measur
 # in [-105, 105], benchmarks/sigmoid/sigmoid_2.11.0_cu130_cuda.json): ≤ 3.5312·u·σ at normal results (3.43 ulps),
 # monotone, 0 from x = -88.72284 down as on the CPU.
 TORCH_CUDA_SIGMOID_REL = 3.6
-# torch's fp32 exp as a softmax uses it (Recipe.exp "rn": a correctly rounded exp, or torch's): torch.exp (MKL's vsExp)
-# and the exp inside torch.softmax (ATen's vectorized softmax: Sleef's expf_u10), over every fp32 in [-104, 0]
-# (tools/measure_exp.py, torch 2.13 CPU, AVX512; benchmarks/exp/, docs/semantics.md §1.9): ≤ TORCH_EXP_REL·u·e^x at
-# every normal result, and within TORCH_EXP_SUBNORMAL·2^-149 of e^x below the fp32 min normal (gradual underflow,
-# 0 from x = -103.972 down as in a correctly rounded exp). A correctly rounded exp is within 1·u and 0.5·2^-149.
-TORCH_EXP_REL = 1.4  # in units of u = 2^-24, rounded up from the measured 1.3870 (softmax's exp; torch.exp 1.0604)
-TORCH_EXP_SUBNORMAL = 0.76  # in units of 2^-149, rounded up from the measured 0.7505 (softmax's exp; torch.exp 0.5)
+# torch's fp32 exp as a softmax uses it (Recipe.exp "rn": a correctly rounded exp, or torch's, on the CPU or CUDA):
+# torch.exp and the exp inside torch.softmax over every fp32 in [-104, 0] (tools/measure_exp.py; benchmarks/exp/,
+# docs/semantics.md §1.9): ≤ TORCH_EXP_REL·u·e^x at every normal result, and within TORCH_EXP_SUBNORMAL·2^-149 of e^x
+# below the fp32 min normal (gradual underflow, 0 from x = -103.972 down as in a correctly rounded exp). CPU (torch
+# 2.13, AVX512: MKL's vsExp, Sleef's expf_u10 in the softmax): 1.0604 and 1.3870·u, 0.5 and 0.7505·2^-149. CUDA (H200,
+# torch 2.11.0+cu130): torch.exp 2.5578·u (1.93 ulps), the softmax's 3.9933·u (2.77 ulps; 400,455 of its values fit
+# several exps and count at the farthest fit, so this is an upper estimate), 1.4010·2^-149 below the min normal. A
+# correctly rounded exp is within 1·u and 0.5·2^-149; CUDA's expf is documented within 2 ulps (up to 4·u).
+TORCH_EXP_REL = 4.0  # in units of u = 2^-24: the largest measured, CUDA's softmax 3.9933
+TORCH_EXP_SUBNORMAL = 1.41  # in units of 2^-149: the largest measured, CUDA's 1.4010
 LAMBDA = 6.0
 U32, U64 = FP32.unit_roundoff, FP64.unit_roundoff
 HOPPER_U = 2.0**-13  # Hopper FP8 tensor-core accumulator: ~13 fraction bits, truncating (DeepSeek-V3 §3.3.2)
@@ -509,11 +512,13 @@ def quantized_input(x, q):
     return requantized(x, Err(z, z, z), q)
 
 
-def arithmetic_gamma(recipe, num_experts, top_k):
-    """Relative error of a routing weight vs exact before its write: γ_{E+k+8}(2^-24) for the fp32 arithmetic,
-    composed with one rounding to recipe.routing_scores and four to recipe.routing_renorm (Σ, + eps, divide,
-    rsf multiply) where those are narrower than fp32: (1 + γ)(1 + u_s)(1 + u_r)^4 − 1."""
-    g = gamma(num_experts + top_k + 8, U32)
+def arithmetic_gamma(recipe, num_experts, top_k, softmax=False):
+    """Relative error of a routing weight vs exact before its write: γ_{E+k+8}(2^-24) for the fp32 arithmetic (of
+    `softmax` scores at least γ_{K+1}, softmax_coefficient then the write: with torch's CUDA exp K + 1 = E + 10 exceeds
+    E + k + 8 at top_k 1), composed with one rounding to recipe.routing_scores and four to recipe.routing_renorm (Σ,
+    + eps, divide, rsf multiply) where those are narrower than fp32: (1 + γ)(1 + u_s)(1 + u_r)^4 − 1."""
+    n = num_experts + top_k + 8
+    g = gamma(max(n, softmax_coefficient(num_experts, recipe) + 1) if softmax else n, U32)
     for fmt, n in ((recipe.routing_scores, 1), (recipe.routing_renorm, 4)):
         if fmt != "fp32":
             g = (1 + g) * (1 + as_format(fmt).unit_roundoff) ** n - 1
@@ -539,7 +544,7 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
     γ in the denominator; ∞ where that is ≤ 0). vs ideal: that term; hard (two implementations, each within
     it of the ideal): twice it."""
     u = as_format(recipe.routing_weights).unit_roundoff
-    g = arithmetic_gamma(recipe, num_experts, top_k)
+    g = arithmetic_gamma(recipe, num_experts, top_k, softmax=softmax_exponents is not None)
     absw = np.abs(np.asarray(w, np.float64))
     apart, ideal = 2 * g * absw, (g + u) * absw  # apart: two implementations' values before the write
     if softmax_exponents is not None:
@@ -652,7 +657,7 @@ def routing_underflow(scores, score_kind, renormalized, recipe, num_experts, rsf
     subnormal spacing 2^-149), η ≠ 0 only when the result is subnormal; additions are exact there (η = 0). So:
     * a score s̃ = s(1 + δ) + e carries |e| ≤ η_s: sigmoid "exact" one rounding, η_s = η₀; softmax exp then a
       divide by Σ ≥ 1 (the row maximum's term is 1; or a multiply by fl(1/Σ), a normal number), η_s = η_e + η₀,
-      η_e = TORCH_EXP_SUBNORMAL·2^-149 = 1.52η₀ (torch's exp below the min normal, measured; a correctly rounded
+      η_e = TORCH_EXP_SUBNORMAL·2^-149 = 2.82η₀ (torch's exp below the min normal, measured; a correctly rounded
       one is within η₀); sigmoid "expf" (and "torch_cpu" / "torch_cuda",
       measured: 0 below x = −88.7228) flushes σ(x) to 0 wherever expf(−x) overflows (x < −88.72, σ < 2.9e-39),
       so η_s = 2^-127 (> σ(−88.72) + η₀); raw logits η_s = 0.
@@ -685,7 +690,7 @@ def routing_underflow(scores, score_kind, renormalized, recipe, num_experts, rsf
     T = scores.shape[0]
     if not renormalized:
         return np.full(scores.shape, rsf * eta_s + eta + write), np.zeros(T, bool)
-    g = arithmetic_gamma(recipe, num_experts, k)
+    g = arithmetic_gamma(recipe, num_experts, k, softmax=score_kind == "softmax")
     D = scores.sum(axis=-1, keepdims=True) + eps
     den = D * (1 - g) - k * eta_s
     degenerate = ~(den[:, 0] > 0)

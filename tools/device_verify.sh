@@ -22,8 +22,8 @@
 #   2d. exp: tools/measure_exp.py on the device (torch's fp32 exp and the exp inside torch.softmax)  -> OUT/exp/
 #   3. fresh-seed campaigns with --known fixtures/, in waves side by side (about 14 workers a wave; 21 in the first):
 #      presets: the no-GEMM presets for 170 s; adapters: the routing preset for 170 s beside the routing and no-GEMM
-#      adapters without one; sglang: every SGLang adapter, 60 s; rest: the other FlashInfer adapters and torch-cuda,
-#      60 s; mono: the mono-moe preset  -> OUT/campaigns.tgz (NAME/), OUT/digest.txt
+#      adapters without one; sglang: every SGLang adapter, 60 s; rest: the other FlashInfer adapters, torch-cuda and a
+#      shorter no-GEMM campaign, 60 s; mono: the mono-moe preset  -> OUT/campaigns.tgz (NAME/), OUT/digest.txt
 #   3a. the first new fixtures of the no-GEMM preset campaigns, each with its REPORT.md, repro.py and repro.npz
 #      (`show --report`), ready to commit under fixtures/  -> OUT/new_fixtures.tgz (CAMPAIGN/ID/)
 # A step that no longer fits in the time left is skipped, and the log says so. Not in this call: cutlass_fused_moe
@@ -157,9 +157,9 @@ want sglang && wave 60 "every SGLang adapter (sgl-kernel from .carry/sglang)" \
   "sglang_gate 4 sglang.moe_fused_gate" "sglang_gate_bf16 3 sglang.moe_fused_gate_bf16" \
   "sglang_topk_softmax 2 sglang.topk_softmax" "sglang_quant 3 sglang.per_token_group_quant_8bit" \
   "sglang_quant_v1 2 sglang.per_token_group_quant_8bit_v1"
-want rest && wave 60 "the other FlashInfer adapters without a preset, and torch-cuda" \
+want rest && wave 60 "the other FlashInfer adapters without a preset, torch-cuda, and no-GEMM again (60 s)" \
   "mono_moe 3 flashinfer.mono_moe" "fused_topk 3 flashinfer.fused_topk_deepseek" \
-  "dev_ops 3 flashinfer.trtllm_gen_dev_ops" "torch_cuda 4 torch-cuda"
+  "dev_ops 3 flashinfer.trtllm_gen_dev_ops" "torch_cuda 4 torch-cuda" "nogemm_60s 3 flashinfer.trtllm_gen_nogemm"
 want mono && wave 75 "mono_moe preset" "mono_moe_preset 7 flashinfer.mono_moe --model mono-moe"
 
 step "digest"
