@@ -519,11 +519,11 @@ def report(args, emit):
         emit("")
 
 
-H200_PIPELINE = Path(__file__).resolve().parents[1] / "campaigns/h200/s5_pipeline/bench.json"
+H200_PIPELINE = Path(__file__).resolve().parent / "h200_pipeline.json"
 
 
 def h200_pipeline(path=H200_PIPELINE):
-    """The committed H200 rows of campaigns/h200/pipeline_bench.sh (a CPU run cannot re-measure them): per
+    """The committed H200 rows of campaigns/pipeline_bench.sh (its bench.json; a CPU run cannot re-measure them): per
     implementation and kind, the last row of the file wins (a re-run appends)."""
     by = {}
     for line in path.read_text().splitlines():
@@ -538,8 +538,8 @@ def _ratio(x, y):
 
 def report_h200(emit):
     emit("## GPU campaigns: cases per device-minute on the H200 (issue 24 item 2)\n")
-    emit(f"Measured on the H200 (16 cores) by `campaigns/h200/pipeline_bench.sh` (`{H200_PIPELINE.parent.name}/`: "
-         "bench.json, the summaries and the log), not by this CPU run. before = `difftest fuzz` on the tree before "
+    emit(f"Measured on the H200 (16 cores, 2026-12-01) by `campaigns/pipeline_bench.sh` (its rows: "
+         f"benchmarks/{H200_PIPELINE.name}), not by this CPU run. before = `difftest fuzz` on the tree before "
          "issue 24 (4e347c8), sync = `difftest fuzz` now (12 workers, each calling the kernel and then the spec), "
          "pipelined = `python -m difftest.running.pipeline` (one device process, batches of 32, 15 verifier "
          "processes). "

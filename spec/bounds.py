@@ -39,14 +39,14 @@ from .numerics import FP8_BLOCK, FP32, FP64, as_format, round_to
 
 # tanh.approx.f32 (MUFU.TANH, what tanhf becomes under -use_fast_math): the largest relative error against the
 # true tanh over every finite fp32 input is 1.11261e-5 = 2^-16.46, measured exhaustively on an H200 (sm_90a;
-# campaigns/h200/tanh_exhaustive.cu, results in campaigns/h200/tanh_exhaustive.json). The PTX ISA documents only
+# spec/data/probes/tanh_exhaustive.cu, results in spec/data/tanh_exhaustive.json). The PTX ISA documents only
 # 2^-11; another architecture's MUFU.TANH needs its own measurement before this bound applies to it.
 TANH_APPROX_REL = 1.1127e-5
 
 # MUFU.EX2 and MUFU.RCP (ex2.approx.ftz.f32 and rcp.approx.ftz.f32: what expf and a division become under
 # -use_fast_math in the trtllm-gen dev kernels): the largest relative errors against the true 2^x and 1/x over every
 # finite fp32 input whose result is an fp32 normal, measured exhaustively on an H200 (sm_90a;
-# campaigns/h200/mufu_exhaustive.cu, results in campaigns/h200/mufu_exhaustive.json): 1.45842e-7 = 2^-22.71 and
+# spec/data/probes/mufu_exhaustive.cu, results in spec/data/mufu_exhaustive.json): 1.45842e-7 = 2^-22.71 and
 # 9.82917e-8 = 2^-23.28 (rcp: within ±1 ulp of the correctly rounded 1/x everywhere), rounded up here. The PTX ISA
 # documents 2^-22 (ex2, max ulp 2) and 1 ulp (rcp); another architecture needs its own measurement.
 MUFU_EX2_REL = 1.4585e-7
@@ -318,7 +318,7 @@ def flushed_reduction(e, operations, fmt):
     router weight and a large expert output are normal; terms of opposite sign can cancel below N): each of its
     `operations` results errs by less than N more, so hard and prob grow by operations·N. ideal is unchanged (the
     spec keeps gradual underflow). Measured on the H200: torch-CUDA's combine of three terms near 2·10^-38 differed
-    from the IEEE sum by 5.5·10^-39 (campaigns/h200/s7)."""
+    from the IEEE sum by 5.5·10^-39 (spec/data/underflow_probe.txt)."""
     extra = operations * as_format(fmt).min_normal
     return Err(e.hard + extra, e.prob + extra, e.ideal)
 

@@ -3,7 +3,8 @@
 MUFU.RCP's reciprocal (what CUDA emits for x/y under -use_fast_math) as a table of its deviation from RN(1/x)
 per fp32 significand (spec/data/), and the FP8 tensor core's WGMMA step (its truncating e8m13 accumulator) with
 the block sums of a block-scaled GEMM built from it. Every fact here was measured bit-exactly on an H200
-(campaigns/h200/results.md); spec/quant.py's quantizers and block_scaled_gemm(acc="hopper_fp8") use them.
+(spec/data/README.md: each fact, its file and its probe); spec/quant.py's quantizers and
+block_scaled_gemm(acc="hopper_fp8") use them.
 """
 
 import functools
@@ -15,7 +16,7 @@ import numpy as np
 from .numerics import E4M3_VALUES, decode_pairs, pair_table
 
 HOPPER_CHUNK = 32  # K of one FP8 WGMMA instruction
-HOPPER_FRACTION_BITS = 13  # the Hopper FP8 tensor-core accumulator is e8m13 (campaigns/h200/results.md, 4th call)
+HOPPER_FRACTION_BITS = 13  # the Hopper FP8 tensor-core accumulator is e8m13 (spec/data/README.md)
 
 
 def _exponent(x):
@@ -36,9 +37,9 @@ def _truncate(x, e):
 
 
 # MUFU.RCP (rcp.approx.ftz.f32, what CUDA emits for x/y under -use_fast_math) minus RN(1/x), in ulps of the result,
-# for each of the 2^23 fp32 significands: measured on an H200 (campaigns/h200/mufu_rcp_table.cu; it agrees with the
-# session-2 bf16 probe at the 128 bf16 significands). The deviation is a function of the significand alone, -1, 0
-# or +1 (every normal x of both signs whose 1/x is normal: 0 conflicts, campaigns/h200/mufu_exhaustive.cu). Stored
+# for each of the 2^23 fp32 significands: measured on an H200 (spec/data/probes/mufu_rcp_table.cu; it agrees with
+# the first, bf16-only probe at the 128 bf16 significands). The deviation is a function of the significand alone, -1, 0
+# or +1 (every normal x of both signs whose 1/x is normal: 0 conflicts, spec/data/probes/mufu_exhaustive.cu). Stored
 # 2 bits per significand, xz-compressed: byte m // 4 holds significand m's deviation + 1 in bits 2(m % 4)..+1.
 MUFU_RCP_TABLE = Path(__file__).parent / "data" / "mufu_rcp_ulps.bin.xz"
 _FP32_MIN_NORMAL_BITS = 0x00800000
@@ -73,7 +74,7 @@ def hopper_rcp(x):
 
 def hopper_fp8_step(c, a, w):
     """One Hopper FP8 WGMMA step, c + Σ_k a[m, k]·w[n, k] over k < 32, bit-exact as measured on an H200
-    (2,097,152 of 2,097,152 cuBLASLt block sums, campaigns/h200/results.md): products are exact; with
+    (2,097,152 of 2,097,152 cuBLASLt block sums, spec/data/README.md): products are exact; with
     E = max(max_k (e_a + e_w), e_c) over the nonzero products — e_x the e4m3 exponent of x (floor log2 |x|, -6
     for subnormals) and e_c = floor log2 |c| (c ≠ 0) — every product and c is truncated toward zero to a
     multiple of 2^(E-13); the exact sum of those is truncated toward zero to 13 fraction bits (e8m13). Zero

@@ -31,7 +31,7 @@ SCALE_FORMULAS = ("div448", "mul_rcp448")
 REQUANT_SCALE_FORMULAS = (*SCALE_FORMULAS, "mul_rcp448_flt_min")
 # GEMM accumulators: fp64; fp32 (round to nearest at every addition, any order); tensor_core (fp32 whose additions
 # may round toward zero: the H200's bf16 tensor cores under cuBLAS move every changed output of a non-negative
-# K = 2048 product toward zero, campaigns/h200/s6/README.md; a kernel on tensor cores declares it); hopper_fp8 (the
+# K = 2048 product toward zero, spec/data/gemm_bias.jsonl; a kernel on tensor cores declares it); hopper_fp8 (the
 # Hopper FP8 tensor core's e8m13 accumulator inside each K block, emulated bit for bit: spec.hopper).
 GEMM_ACCS = ("fp64", "fp32", "tensor_core", "hopper_fp8")
 MX_RULES = ("ocp", "ceil448")
@@ -329,7 +329,7 @@ TORCH_EAGER_BF16 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_bf16", requant_in
 TORCH_EAGER_MXFP8 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_mxfp8")
 TORCH_EAGER_NVFP4 = TORCH_EAGER_FP8_BLOCK.but(name="torch_eager_nvfp4")
 # The same code on CUDA (difftest/checking/impl_torch.py torch-cuda): cuBLAS epilogues / fp32→bf16 conversions flush
-# subnormals to zero (runs/cuda_findings, campaigns/h200/results.md "Third H200 call"). Its σ stays "exact", not
+# subnormals to zero (measured on the H200, docs/device-results.md "torch-CUDA"). Its σ stays "exact", not
 # "torch_cuda": routing computes σ and the softmax in float64 and rounds once on either device (docs/semantics.md §1.8).
 TORCH_EAGER_CUDA = tuple(r.but(name=r.name.replace("torch_eager_", "torch_eager_cuda_"), subnormals="flush")
                          for r in (TORCH_EAGER_BF16, TORCH_EAGER_FP8_BLOCK, TORCH_EAGER_MXFP8, TORCH_EAGER_NVFP4))

@@ -95,8 +95,9 @@ def test_gemm_bound_of_sparse_rows_holds_under_truncation():
 def test_a_product_with_an_unbounded_factor_error_and_an_exact_zero_has_no_nan():
     """bounds.product: where the router weight is 0 with an unbounded ideal error (every sigmoid underflowed) and
     the expert output is exact, the ideal bound is |a|·∞ = ∞ where a ≠ 0 and 0 where a = 0, never 0·∞ = NaN,
-    and no RuntimeWarning. Found on the H200 (campaigns/h200/s7): the trtllm-gen no-GEMM layer's comparisons on
-    `underflow` inputs raised "invalid value encountered in multiply" (the rounding term 0·(|a| + δa)·(|b| + ∞))."""
+    and no RuntimeWarning. Found on the H200 (2026-12-02, docs/device-results.md): the trtllm-gen no-GEMM layer's
+    comparisons on `underflow` inputs raised "invalid value encountered in multiply" (the rounding term
+    0·(|a| + δa)·(|b| + ∞))."""
     from difftest.checking import impl_spec
     from difftest.checking.check import compared
     from difftest.model import generate
@@ -115,9 +116,9 @@ def test_a_product_with_an_unbounded_factor_error_and_an_exact_zero_has_no_nan()
     assert compared(case, inputs, impl_spec.expected(case, inputs, recipe), recipe, "test").ok
 
 
-# Measured on the H200 (campaigns/h200/s7_underflow_probe.py): torch-CUDA on two `underflow` nvfp4 layers, whose
-# router weights are fp32 subnormals (25 and 160 ulps of 2^-149) times expert outputs near 10^6. (rsf, I, element,
-# tokens, the CUDA output there.)
+# Measured on the H200 (spec/data/probes/underflow_probe.py, spec/data/underflow_probe.txt): torch-CUDA on two
+# `underflow` nvfp4 layers, whose router weights are fp32 subnormals (25 and 160 ulps of 2^-149) times expert outputs
+# near 10^6. (rsf, I, element, tokens, the CUDA output there.)
 FLUSHED_COMBINES = [(2.5, 16, 4, (3, 2), 1.5703869843016497e-38), (16.0, 48, 6, (3, 0), 8.412131448071995e-38)]
 
 

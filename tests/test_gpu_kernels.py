@@ -1,5 +1,5 @@
 """The GPU kernels themselves: each GPU implementation on a few small cases of the kinds that passed on the H200
-(campaigns/h200/results.md), through difftest's own check. The device part of the GPU tier (`python -m pytest -m
+(docs/device-results.md), through difftest's own check. The device part of the GPU tier (`python -m pytest -m
 gpu`, tox -e gpu); each implementation is skipped with its own reason where it cannot run (no CUDA device, another
 compute capability, FlashInfer or sgl-kernel missing, no trtllm-gen headers).
 

@@ -1,6 +1,6 @@
-"""The SGLang quantizers' H200 records (campaigns/h200/s4_call4, a notebook of device runs) against the spec's models
-of the kernels: CPU tests of the spec that read the notebook, kept out of the GPU tier (tests/test_sglang_adapters.py
-reads nothing outside tests/ and the package)."""
+"""The SGLang quantizers' H200 records (the case lines of three campaigns of 2026-12-01, tests/data/h200_sglang_*)
+against the spec's models of the kernels: CPU tests of the spec on recorded device verdicts, kept out of the GPU tier.
+The checks themselves are tests/helpers/rcp_recheck.py and tests/helpers/v1_ue8m0_model.py."""
 
 import gzip
 import importlib.util
@@ -9,25 +9,26 @@ from pathlib import Path
 
 import numpy as np
 
-H200 = Path(__file__).resolve().parents[1] / "campaigns" / "h200"
+DATA = Path(__file__).resolve().parent / "data"
+HELPERS = Path(__file__).resolve().parent / "helpers"
 
 
 def _module(name):
-    loader = importlib.util.spec_from_file_location(name, H200 / f"{name}.py")
+    loader = importlib.util.spec_from_file_location(name, HELPERS / f"{name}.py")
     module = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(module)
     return module
 
 
 def test_the_h200s_one_code_quant_findings_match_the_full_rcp_table():
-    """Every failing fp32-scale case of session 4's last SGLang call (115 v2, 98 v1; cases committed under
-    campaigns/h200/s4_call4/) regenerated: the spec now differs from the old one at exactly as many codes as the
-    kernel did, the first of them the kernel's (so bit-exact where one code differed), and a sample of the passing
-    cases is unchanged. campaigns/h200/s5_rcp_recheck.py runs the same over every case."""
-    recheck = _module("s5_rcp_recheck")
+    """Every failing fp32-scale case of the last SGLang call of 2026-12-01 (115 v2, 98 v1; cases in
+    tests/data/h200_sglang_q*.jsonl.gz) regenerated: the spec now differs from the old one at exactly as many codes
+    as the kernel did, the first of them the kernel's (so bit-exact where one code differed), and a sample of the
+    passing cases is unchanged. `python tests/helpers/rcp_recheck.py FILE...` runs the same over every case."""
+    recheck = _module("rcp_recheck")
     counts = {}
-    for name, fails in (("cases_q", 115), ("cases_q1", 98)):
-        with gzip.open(H200 / "s4_call4" / f"{name}.jsonl.gz", "rt") as f:
+    for name, fails in (("q", 115), ("q1", 98)):
+        with gzip.open(DATA / f"h200_sglang_{name}.jsonl.gz", "rt") as f:
             lines = [json.loads(text) for text in f]
         failing = [line for line in lines if line["status"] == "fail"]
         passing = [line for line in lines if line["status"] == "pass" and line["case"]["config"]["num_tokens"]]
@@ -42,10 +43,10 @@ def test_the_h200s_one_code_quant_findings_match_the_full_rcp_table():
 def test_the_traced_v1_ue8m0_mechanism_reproduces_the_h200s_verdicts():
     """Fixture sglang-per_token_group_quant_8bit_v1-ue8m0_exponent_plus_one's mechanism (docs/sglang.md §8): v1's
     exp2f(ceilf(log2f(max(s, 1e-10)))) and byte (int)log2f(y_s) + 127 with fast-math MUFU.LG2
-    (campaigns/h200/s5_v1_ue8m0_model.py) gives the H200's verdict and message on the first 600 v1 UE8M0 cases of
-    session 4's last call; a correctly rounded log2 would not."""
-    model = _module("s5_v1_ue8m0_model")
-    with gzip.open(H200 / "s4_call4" / "cases_q1_ue8m0.jsonl.gz", "rt") as f:
+    (tests/helpers/v1_ue8m0_model.py) gives the H200's verdict and message on the first 600 v1 UE8M0 cases of
+    that call (tests/data/h200_sglang_q1_ue8m0.jsonl.gz); a correctly rounded log2 would not."""
+    model = _module("v1_ue8m0_model")
+    with gzip.open(DATA / "h200_sglang_q1_ue8m0.jsonl.gz", "rt") as f:
         lines = [json.loads(next(f)) for _ in range(600)]
     verdicts = [model.predict(line) for line in lines]
     assert set(verdicts) == {"reproduced, fail", "reproduced, pass"}, set(verdicts)

@@ -300,7 +300,7 @@ def _kernel_said(fx):
     row = re.match(r"ids\[(\d+)\]=\[([\d, ]+)\]", fx.meta["observed"].get("message") or "")
     if fx.case.op == "moe" and row:  # a layer's selection: the message gives the kernel's whole row
         out["ids"][int(row[1])] = [int(e) for e in row[2].split(",")]
-    elif name == "n_group_over_8":  # groups 8..15 never scored: the GPU repeats id 132 (results.md F1)
+    elif name == "n_group_over_8":  # groups 8..15 never scored: the GPU repeats id 132 (docs/device-results.md F1)
         out["ids"][:] = 132
     elif name == "topk_group_over_4":  # experts from the 4 best groups only (MaxNumTopGroups)
         keys, gkeys, _, _ = compare.keys64(c, fx.inputs, fx.recipe)

@@ -1,7 +1,7 @@
 """`python -m difftest merge`: a CPU run made here and a run recorded on an H200 (tests/data/h200_tg_asbuilt.tar.gz:
-587 routing cases of flashinfer.trtllm_gen_routing, its 4 fixtures, summary.json and a host.json from
-campaigns/h200/versions.json) merge into one run directory that `report` renders with one row per host; merging
-again is idempotent; the same fixture name with other content is kept twice."""
+587 routing cases of flashinfer.trtllm_gen_routing, its 4 fixtures, summary.json and a host.json with the device's
+versions) merge into one run directory that `report` renders with one row per host; merging again is idempotent;
+the same fixture name with other content is kept twice."""
 
 import json
 import shutil
@@ -102,12 +102,13 @@ def test_merge_refuses_an_existing_run_as_out_and_a_bad_run_writing_nothing(runs
 
 
 def test_a_summary_only_run_merges_with_its_counts_and_a_single_run_reports_its_host(runs, tmp_path):
-    """GPU sessions copied back summary.json alone (campaigns/h200/s3_call4): it merges as a host row with the
-    summary's counts and no case rows; a single fuzz run's report has its own host as the one row."""
+    """GPU sessions copied back summary.json alone (tests/data/h200_nogemm_dsv3.summary.json, 2026-12-01): it
+    merges as a host row with the summary's counts and no case rows; a single fuzz run's report has its own host as
+    the one row."""
     cpu, _ = runs
     only = tmp_path / "nogemm_dsv3"
     only.mkdir()
-    shutil.copy(ROOT / "campaigns" / "h200" / "s3_call4" / "nogemm_dsv3.summary.json", only / "summary.json")
+    shutil.copy(ROOT / "tests" / "data" / "h200_nogemm_dsv3.summary.json", only / "summary.json")
     summary = json.loads((only / "summary.json").read_text())
     out = tmp_path / "merged"
     r = difftest("merge", str(cpu), str(only), "--out", str(out))

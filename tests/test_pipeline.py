@@ -1,6 +1,6 @@
 """difftest/running/pipeline.py: batches run on the (fake) device while verifier processes compare them with the spec;
 every case gets its verdict, a wrong implementation becomes a replayable fixture, and the device accounting adds
-up. Throughput is a benchmark (campaigns/h200/pipeline_bench.sh, benchmarks/run.py), not a test."""
+up. Throughput is a benchmark (campaigns/pipeline_bench.sh, benchmarks/run.py), not a test."""
 
 import json
 import subprocess

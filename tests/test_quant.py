@@ -453,11 +453,11 @@ def test_hopper_block_sums_empty_and_bad_block():
 
 
 def h200_probe_operands():
-    """The operands of the 2,097,152 block sums measured on the H200 (campaigns/h200/probe_acc.py, device call 4),
+    """The operands of the 2,097,152 block sums measured on the H200 (spec/data/probes/probe_acc.py, 2026-11-29),
     regenerated: A = the first 64 hidden rows of mono_moe cases 0-39 quantized with fl(448/amax) (the quantizer
     of that day), B = the first 2,048 w13 rows of the campaign weights (seed 0); 64 × 2,048 × 16 K blocks.
     tests/data holds the device's sums of A[:8] × B[:32]."""
-    path = Path(__file__).parents[1] / "campaigns" / "h200" / "cases.py"
+    path = Path(__file__).parent / "helpers" / "h200_cases.py"
     spec_ = importlib.util.spec_from_file_location("h200_cases", path)
     cases = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(cases)
@@ -483,16 +483,17 @@ def test_hopper_block_sums_on_the_h200_probe_operands(rows):
     np.testing.assert_array_equal(fast, hopper_block_sums_reference(_values(a[:rows]), _values(w), 128))
 
 
-# MUFU.RCP's deviation from RN for the 128 bf16 significands, as session 2's probe measured it (div_probe.cu, every
-# positive bf16 x): the first table, an independent measurement of what spec/data's 2^23-entry table holds.
+# MUFU.RCP's deviation from RN for the 128 bf16 significands, as the first probe measured it (2026-11-29,
+# spec/data/probes/div_probe.cu, every positive bf16 x): the first table, an independent measurement of what
+# spec/data's 2^23-entry table holds.
 SESSION2_BF16_RCP_ULPS = ("0000-0+0000-0+000000-0-00000000000000++000000000000+000000000+000++00000000000000+000000000+"
                           "00000000000000000+00000++0+00+00000-")
-H200 = Path(__file__).parents[1] / "campaigns" / "h200"
+SPEC_DATA = Path(__file__).parents[1] / "spec" / "data"
 
 
 def test_mufu_rcp_table_agrees_with_the_bf16_probe_and_its_own_counts():
-    """spec/data's table (sglang_call2.sh's mufu_rcp_table.cu, 2^23 significands) equals session 2's bf16 table at
-    every bf16 significand, and holds the counts its run printed (s4_call4/sglang_log.txt)."""
+    """spec/data's table (spec/data/probes/mufu_rcp_table.cu, 2^23 significands) equals the first probe's bf16 table
+    at every bf16 significand, and holds the counts its run printed (spec/data/README.md)."""
     ulps = mufu_rcp_ulps()
     assert ulps.shape == (1 << 23,)
     assert "".join("-0+"[d + 1] for d in ulps[np.arange(128) << 16]) == SESSION2_BF16_RCP_ULPS
@@ -505,7 +506,7 @@ def test_hopper_rcp_matches_the_exhaustive_h200_measurement():
     """mufu_exhaustive.cu counted, over all 2^32 inputs whose x and 1/x are fp32 normals (both signs),
     MUFU.RCP's deviation from RN(1/x): the table, weighted by the exponents at which each significand has a
     normal reciprocal (exponent fields 1..252, and 253 for significand 0: x = 2^126), gives the same counts."""
-    measured = json.loads((H200 / "mufu_exhaustive.json").read_text())["rcp_ulps_vs_rn"]
+    measured = json.loads((SPEC_DATA / "mufu_exhaustive.json").read_text())["rcp_ulps_vs_rn"]
     ulps = mufu_rcp_ulps().astype(np.int64)
     weight = np.full(ulps.shape, 2 * 252, np.int64)
     weight[0] += 2
@@ -526,7 +527,7 @@ def test_hopper_rcp_matches_h200():
 
 
 def test_hopper_rcp_outside_the_normal_range_follows_ftz():
-    """Where x or 1/x is not an fp32 normal, rcp.approx.ftz flushes (PTX ISA; s5_sglang_requant.sh measures it):
+    """Where x or 1/x is not an fp32 normal, rcp.approx.ftz flushes (PTX ISA; measured: spec/data/mufu_lg2_probe.json):
     ±0 and subnormal x -> ±inf, |x| > 2^126 and ±inf -> ±0, NaN -> NaN; 2^126 itself -> 2^-126."""
     tiny = np.array([0.0, -0.0, 1e-45, -1e-40, 2.0**-126 * (1 - 2.0**-23)], np.float32)
     np.testing.assert_array_equal(hopper_rcp(tiny), np.float32([np.inf, -np.inf, np.inf, -np.inf, np.inf]))

@@ -1,7 +1,7 @@
 """SGLang kernel adapters on CPU: availability reasons, declared limits, recipes and spaces, and the argument and
 output plumbing against a stand-in for sgl_kernel that computes the kernels' documented results on CPU (so the
 comparison passes only if the adapter hands the kernel the right arguments and reads its buffers right), with
-broken stand-ins that must fail. The kernels themselves run on the H200 (campaigns/h200/sglang_call.sh)."""
+broken stand-ins that must fail. The kernels themselves run on the H200 (tools/device_verify.sh)."""
 
 import sys
 import types
@@ -324,7 +324,7 @@ def test_launch_check_names_the_cuda_error(monkeypatch):
         _env.launch_check("moe_fused_gate")
 
 
-# ---- the H200 call's findings (campaigns/h200/results.md, "SGLang kernels (session 4, third call)")
+# ---- the H200 call's findings (docs/device-results.md, "SGLang kernels")
 
 
 @pytest.mark.parametrize("mod, config, reason", [

@@ -1,5 +1,5 @@
 """trtllm-gen dev-kernel adapters on CPU: argument checks (python and the built binding), the finalize variant
-rule, the scale-factor layouts. The kernels themselves run in campaigns/h200/trtllm_gen_ops_smoke.py."""
+rule, the scale-factor layouts. The kernels themselves run in campaigns/trtllm_gen_dev_ops_smoke.py."""
 
 import ctypes
 import importlib.util
@@ -207,7 +207,7 @@ def test_binding_accepts_valid_arguments_up_to_the_device_check(call):
 
 def test_kernels_on_gpu():
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the kernels run in campaigns/h200/trtllm_gen_ops_smoke.py on the H200")
+        pytest.skip("no CUDA device: the kernels run in campaigns/trtllm_gen_dev_ops_smoke.py on the H200")
     out = ops.finalize(torch.ones(4, 256, dtype=BF16, device="cuda"), idx(2, 2).cuda(),
                        torch.full((2, 2), 0.5, dtype=BF16, device="cuda"))
     assert torch.equal(out, torch.ones(2, 256, dtype=BF16, device="cuda")), "0.5 * 1 + 0.5 * 1 != 1"

@@ -298,7 +298,7 @@ def flushed_to_nan(config, inputs, ids, recipe):
     """[T] rows whose renormalized weights may be NaN under recipe.subnormals "flush": every selected score is
     below the fp32 min normal, so FTZ may store each as 0 (fast-math σ = MUFU.RCP(1 + 2^t) flushes its subnormal
     result: logits in (-88.7, -87.3]) and, with eps = 0, w = 0·rcp(0) = NaN (measured on the H200: SGLang's
-    moe_fused_gate, campaigns/h200/results.md "SGLang kernels (session 4, third call)")."""
+    moe_fused_gate, docs/device-results.md "SGLang kernels")."""
     if (recipe or DEFAULT).subnormals != "flush" or config.eps != 0.0:
         return np.zeros(ids.shape[0], bool)
     s, renorm = _ideal_scores(config, inputs, ids)

@@ -47,7 +47,7 @@ def unsupported(config):
         return f"logits_dtype {c.logits_dtype!r} not in {LOGITS_DTYPES} (fp16 is accepted but not modelled)"
     if c.logits_dtype != "fp32":
         return ("bf16 logits give bf16 weights (recipe flashinfer_fused_topk_deepseek_bf16), and an adapter names "
-                "one recipe: checked by campaigns/h200/verify_topk.py instead")
+                "one recipe: checked instead by the H200's record-then-verify campaign (docs/device-results.md)")
     if c.bias_dtype not in (None, "fp32", "bf16"):
         return f"bias_dtype {c.bias_dtype!r} not in (None, 'fp32', 'bf16')"
     if not c.renormalize:

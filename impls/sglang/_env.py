@@ -16,7 +16,7 @@ from impls.flashinfer._env import cuda_problem, first_problem, to_numpy, to_torc
 DIST = "sglang-kernel"
 EXPECTED_VERSION = "0.4.4"
 CAPABILITIES = ((9, 0),)
-INSTALL = "campaigns/h200/sglang_call.sh unpacks it from .carry/sglang onto PYTHONPATH"
+INSTALL = "tools/device_verify.sh unpacks it from .carry/sglang onto PYTHONPATH"
 
 
 def version():

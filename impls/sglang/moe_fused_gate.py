@@ -10,8 +10,8 @@ with ``apply_routed_scaling_factor_on_output``, multiplied by rsf in double. Fus
 columns with ids E, E + 1, ... and weight Σ/rsf before the same division. Always renormalizes, no eps.
 Limits (host checks and SGLang's caller, python/sglang/srt/layers/moe/topk.py biased_grouped_topk_gpu, which
 falls back to torch otherwise): E a power of two, E % num_expert_group == 0, E / num_expert_group <= 32; found on
-the H200 (campaigns/h200/results.md, "SGLang kernels (session 4, third call)"): T >= 1 (a 0-block grid is an
-invalid launch), and in bf16 E >= 2 (misaligned vector reads of 1-expert rows).
+the H200 (docs/device-results.md, "SGLang kernels"): T >= 1 (a 0-block grid is an invalid launch), and in bf16
+E >= 2 (misaligned vector reads of 1-expert rows).
 
 SGLang's call: ``moe_fused_gate(router_logits.to(torch.float32), correction_bias, ...)`` with its fp32
 correction bias (the seed's fix keeps it fp32), so every case runs the fp32 instantiation. The bf16
@@ -73,7 +73,7 @@ BF16_ONE_EXPERT = (
 
 def limits(E, n_group):
     """The kernel's and its caller's shape conditions; one-expert groups and more than 32 groups are refused here
-    with the mechanism read off the source (docs/sglang.md; campaigns/h200/sglang_smoke.py runs them once)."""
+    with the mechanism read off the source (docs/sglang.md; campaigns/sglang_smoke.py runs them once)."""
     if E & (E - 1):
         return f"num_experts={E} is not a power of two (host TORCH_CHECK; SGLang falls back to torch)"
     if E % n_group:
