@@ -2,7 +2,7 @@
 # The GPU side of the project in one call of at most 600 s (issues 38 and 34): bash tools/device_verify.sh OUT [SEED]
 #
 # Run from the repository root of a CUDA host with torch, pytest, pytest-xdist, hypothesis and numpy. What it needs
-# beyond the tree lies in .carry/ (ignored; docs/gpu.md, "One-call verification", says how to make it):
+# beyond the tree lies in .carry/ (ignored; `bash tools/make_carry.sh` makes it: docs/gpu.md, "One-call verification"):
 #   flashinfer.tar.xz   flashinfer-python 0.7.2.post1 unpacked, less __pycache__ and the csrc these kernels do not build
 #   apache_tvm_ffi-*.whl, cubin/ (the trtllmGen_bmm_export headers), prebuilt/ (the sm_90a trtllm-gen modules),
 #   sglang/sglang_kernel-0.4.4-sm90.tar.xz (docs/sglang.md §2: sgl-kernel's Python files and SM90 library, 14 MB)
