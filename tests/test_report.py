@@ -1,6 +1,6 @@
-"""difftest/artifacts/report.py: the campaign report renders from a run directory written with the tester's own row,
-summary and fixture writers, holds the input's numbers, loads nothing from the network, and reads in a
-browser (headless Chromium screenshot where Chromium is installed)."""
+"""difftest/artifacts/report.py and report_html.py: the campaign report renders from a run directory written with
+the tester's own row, summary and fixture writers, holds the input's numbers, loads nothing from the network, and
+reads in a browser (headless Chromium screenshot where Chromium is installed)."""
 
 import base64
 import json
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from difftest.artifacts import fixtures, report, rundir
+from difftest.artifacts import fixtures, report, report_html, rundir
 from difftest.checking import impl_spec, interface
 from difftest.checking.check import Result
 from difftest.model import generate, presets
@@ -53,7 +53,7 @@ RUN = [
     (1, "fake_gpu", Case("moe", MOE_RELU2, "tiny", 11), passed(0.7, 0.01, 0.04)),
 ]
 WALL_SECONDS = 2.0
-SECTION_IDS = [sid for sid, _ in report.SECTIONS]
+SECTION_IDS = [sid for sid, _ in report_html.SECTIONS]
 
 
 def write_run(out):
@@ -229,12 +229,12 @@ def test_failures_without_a_ratio_are_the_headline_and_plotted():
     assert rep["totals"]["max_ratio"] == 0.0
     assert rep["totals"]["no_ratio"] == [{"impl": "k", "op": "quant", "cases": 3}, {"impl": "k", "op": "routing",
                                                                                       "cases": 1}]
-    totals = report._section_totals(rep)
+    totals = report_html._section_totals(rep)
     assert ("∞: 4 failing cases without a finite ratio (wrong ids or codes, an exception, a crash); the largest "
             "finite ratio is 0") in totals, totals
     assert "∞: k / quant (3), k / routing (1); largest finite: k / quant" in totals, totals
     assert rep["ratios"]["impls"]["k"]["no_ratio"] == {"quant": 3, "routing": 1}
-    assert report.plot_ratios(rep)  # draws them, in the bin right of the axis
+    assert report_html.plot_ratios(rep)  # draws them, in the bin right of the axis
 
 
 def replace_seed(case, seed):
@@ -253,7 +253,7 @@ def test_worst_cases_list_a_configuration_once_with_a_message():
     assert [(w["ratio"], w["cases"], w["seed"]) for w in worst] == [(1.0, 2, 4), (0.95, 3, 2)]
     assert worst[0]["message"] == "exactly at the derived bound"
     assert worst[1]["message"] == "within the derived bound: largest error 0.95 of it"
-    assert report._config_text(worst[0]) == "method=topk num_tokens=3 num_experts=8 top_k=2 logits_dtype=fp32"
+    assert report_html._config_text(worst[0]) == "method=topk num_tokens=3 num_experts=8 top_k=2 logits_dtype=fp32"
 
 
 def test_coverage_greys_what_the_run_did_not_draw_from():
@@ -302,7 +302,7 @@ def test_timing_has_one_panel_per_op(rendered):
     one = json.loads(json.dumps(rep))
     one["timing"]["per_op"] = {"routing": rep["timing"]["per_op"]["routing"]}
     assert len([s for s in rep["timing"]["per_op"].values() if s["hist"]]) == 3
-    assert png_height(report.plot_timing(rep)) > 2 * png_height(report.plot_timing(one))
+    assert png_height(report_html.plot_timing(rep)) > 2 * png_height(report_html.plot_timing(one))
 
 
 @pytest.mark.parametrize("op", ["routing", "quant", "moe", "trtllm_ops"])
