@@ -19,11 +19,13 @@ from . import bounds
 from .bounds import Err
 from .hopper import hopper_block_sums
 from .mlp import GATED_ACTIVATIONS, NONLINEARITY, check_activation, split_halves
-from .numerics import E2M1, E4M3_VALUES, E4M3FN, E8M0, decode, decode_pairs, pair_table, round_to
+from .numerics import E2M1, E4M3_VALUES, decode, decode_pairs, pair_table, round_to
 from .quant import (
     FP8_BLOCK,
     MX_BLOCK,
     NVFP4_BLOCK,
+    QUANT_PATHS,
+    QUANT_TABLE,
     block_scaled_gemm,
     block_scales,
     mxfp8_quant,
@@ -37,7 +39,6 @@ from .quant import (
 from .recipes import IDEAL, Recipe
 from .routing import SIGMOID_METHODS, expert_parallel_ids, ideal_scores, renormalizes, route, softmax_exponents
 
-QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 RSF_PLACEMENTS = ("routing", "combine")
 SCALE_FMTS = ("fp32", "ue8m0")  # fp8_block activation / intermediate scales (quant.per_token_group_quant_fp8)
 ACCUMULATIONS = ("exact", "fp32", "fp32_pairwise", "fp32_truncating", "fp32_blocked", "hopper_fp8")
@@ -205,8 +206,8 @@ def _weight(wd, name, quant, rows, scale_rows, magnitude=False):
         return Operand(values, (w, s))
     s = s[rows]
     if quant == "mxfp8":
-        return Operand(E4M3_VALUES[w] * block_scales(decode(s, E8M0), w.shape[1], MX_BLOCK), None)
-    sf = block_scales(decode(s, E4M3FN), 2 * w.shape[1], NVFP4_BLOCK)
+        return Operand(E4M3_VALUES[w] * block_scales(decode(s, QUANT_TABLE[quant].scale), w.shape[1], MX_BLOCK), None)
+    sf = block_scales(decode(s, QUANT_TABLE[quant].scale), 2 * w.shape[1], NVFP4_BLOCK)
     return Operand(decode(unpack_nibbles(w), E2M1) * sf / np.float64(wd[name + "_global"]), None)
 
 
@@ -488,7 +489,7 @@ def moe_layer(
                                                r.weights[:, np.shape(ids)[1]:]], axis=1))
     local = expert_parallel_ids(r.ids, local_expert_offset, n_local)
     tracked = recipe is not None
-    if scale_fmt != "fp32" and quant != "fp8_block":
+    if scale_fmt not in QUANT_TABLE[quant].scale_fmts:
         raise ValueError(f"scale_fmt={scale_fmt!r} needs quant='fp8_block', got {quant!r}")
     if tracked and quant != "bf16":
         q = quantize(hidden, quant, R, R.act_quant_variant, R.act_scale_formula, scale_fmt=scale_fmt)

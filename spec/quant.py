@@ -7,6 +7,8 @@ NaN rule, every quantizer: amax ignores NaN elements (CUDA fmaxf / __hmax, as th
 element becomes a NaN code, and the other elements of its group quantize as if it were absent.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .bounds import Quantized
@@ -30,6 +32,34 @@ GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_FMTS = ("fp32", "ue8m0")
 MXFP8_RULES = ("ocp", "ceil448")
 HALF_ORDERS = ("gate_up", "up_gate")
+
+
+
+class QuantPath(NamedTuple):
+    """A quant path of the MoE layer (spec/layer.py): how its expert weights and activations are stored."""
+
+    scheme: str | None  # the quant op's scheme that quantizes its activations (None: they stay bf16)
+    element: str  # the codes' format (spec.numerics name)
+    scale: str | None  # the block scales' format (fp8_block: fp32, rounded up to powers of two by scale_fmt ue8m0)
+    block: int | None  # elements along K per scale; fp8_block's weights are block × block (spec.numerics.SCALE_BLOCKS)
+    whole_blocks: bool  # hidden and intermediate sizes must be multiples of block (fp8_block: a partial last block)
+    scale_fmts: tuple  # the scale_fmt values it takes (moe_layer, MoEConfig)
+    weight_forms: tuple  # unquantized expert weights it takes besides its prepared ones (MoEConfig.expert_weights)
+
+
+# The quant paths, one row each: every consumer (spec/layer.py, difftest's case model, strategies and presets) reads
+# this table, and tests/test_quant_paths.py fails when a path lacks one of them.
+QUANT_TABLE = {
+    "bf16": QuantPath(scheme=None, element="bf16", scale=None, block=None, whole_blocks=False, scale_fmts=("fp32",),
+                      weight_forms=("fp32",)),  # its bf16 weights are its prepared ones
+    "fp8_block": QuantPath(scheme="fp8_group", element="e4m3fn", scale="fp32", block=FP8_BLOCK, whole_blocks=False,
+                           scale_fmts=("fp32", "ue8m0"), weight_forms=("bf16", "fp32")),
+    "mxfp8": QuantPath(scheme="mxfp8", element="e4m3fn", scale="e8m0", block=MX_BLOCK, whole_blocks=True,
+                       scale_fmts=("fp32",), weight_forms=("bf16", "fp32")),
+    "nvfp4": QuantPath(scheme="nvfp4", element="e2m1", scale="e4m3fn", block=NVFP4_BLOCK, whole_blocks=True,
+                       scale_fmts=("fp32",), weight_forms=("bf16", "fp32")),
+}
+QUANT_PATHS = tuple(QUANT_TABLE)
 
 FP8_MAX = np.float32(E4M3FN.max)
 RCP448 = np.float32(1) / FP8_MAX  # fl(1/448), the reciprocal constant of the SGLang JIT kernel
@@ -359,14 +389,15 @@ def quantize(x, quant, recipe, variant, scale_formula, group=FP8_BLOCK, scale_fm
             q, s = per_token_group_quant_fp8(x, group, variant=variant, scale_formula=scale_formula,
                                              scale_fmt=scale_fmt)
         scale = block_scales(s, x.shape[1], group)
-        return Quantized(
-            E4M3_VALUES[q] * scale, scale, "e4m3fn", (group,), E4M3FN.unit_roundoff, scale_fmt == "fp32", (q, s)
-        )
+        return Quantized(E4M3_VALUES[q] * scale, scale, QUANT_TABLE[quant].element, (group,), E4M3FN.unit_roundoff,
+                         scale_fmt == "fp32", (q, s))
     if quant == "mxfp8":
         q, e8 = mxfp8_quant(x, rule=recipe.mx_rule)
         scale = block_scales(decode(e8, E8M0), x.shape[1], MX_BLOCK)
         u = E4M3FN.unit_roundoff * (2 if recipe.mx_rule == "ocp" else 1)  # ocp: x/X < 512 saturates at 448
         scale_of = lambda amax: decode(mx_scale(amax, recipe.mx_rule), E8M0).astype(np.float64)
-        return Quantized(E4M3_VALUES[q] * scale, scale, "e4m3fn", (MX_BLOCK,), u, False, None, scale_of)
+        return Quantized(E4M3_VALUES[q] * scale, scale, QUANT_TABLE[quant].element, (MX_BLOCK,), u, False, None,
+                         scale_of)
     values, scale = nvfp4_rows(x)
-    return Quantized(values, scale, "e2m1", (NVFP4_BLOCK, x.shape[1]), E2M1.unit_roundoff, False, None)
+    return Quantized(values, scale, QUANT_TABLE[quant].element, (NVFP4_BLOCK, x.shape[1]), E2M1.unit_roundoff, False,
+                     None)

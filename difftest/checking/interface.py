@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import impls
+
 from ..model.case import CAPABILITIES, CONTRACT, OPS
 
 
@@ -108,8 +110,6 @@ REGISTRY = {
 # ``tie_order:<name>`` the implementation of that name in the kind's modules. Resolved on use.
 SELF_TEST = {"bug": ("difftest.selftest.bug_models", "difftest.selftest.known_bugs"),
              "tie_order": ("difftest.selftest.tie_orders",)}
-FLASHINFER_DIR = Path(__file__).resolve().parents[2] / "impls" / "flashinfer"
-SGLANG_DIR = Path(__file__).resolve().parents[2] / "impls" / "sglang"
 
 PROTOCOL = (
     "name",
@@ -167,25 +167,10 @@ def _one_line(e):
     return text if isinstance(e, ImportError) else f"{type(e).__name__}: {text}"
 
 
-def _adapter_names(directory, prefix):
-    if not directory.is_dir():
-        return {}
-    return {f"{prefix}.{p.stem}": f"impls.{prefix}.{p.stem}" for p in sorted(directory.glob("*.py"))
-            if not p.stem.startswith("_")}
-
-
-def flashinfer_names():
-    """FlashInfer adapters by name -> module, found by file name (importing them never imports flashinfer)."""
-    return _adapter_names(FLASHINFER_DIR, "flashinfer")
-
-
-def sglang_names():
-    """SGLang kernel adapters by name -> module, found by file name (importing them never imports sgl_kernel)."""
-    return _adapter_names(SGLANG_DIR, "sglang")
-
-
 def adapter_names():
-    return {**flashinfer_names(), **sglang_names()}
+    """The FlashInfer and SGLang adapters by name -> module, from impls.adapters() (the one registry: each adapter
+    module declares itself; importing them never imports flashinfer or sgl_kernel)."""
+    return {name: f"impls.{name}" for name in impls.adapters()}
 
 
 def from_adapter_module(module):

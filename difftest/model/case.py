@@ -14,6 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from typing import NamedTuple
 
 from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
+from spec.quant import QUANT_PATHS, QUANT_TABLE  # the quant path table: spec.quant.QUANT_TABLE
 from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
 from spec.routing import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS  # the method table: spec.routing.METHODS
 
@@ -21,7 +22,6 @@ from . import OPS  # noqa: F401 (its home is the package, so the command line na
 
 ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh", "relu2", "silu", "gelu", "identity")
 GATED_ACTIVATIONS = ("swiglu", "geglu", "geglu_tanh")
-QUANT_PATHS = ("bf16", "fp8_block", "mxfp8", "nvfp4")
 QUANT_SCHEMES = ("fp8_group", "mxfp8", "nvfp4")
 SCALE_LAYOUTS = ("row", "col", "col_tma", "ue8m0_packed")
 LOGIT_DTYPES = ("fp32", "bf16", "fp16")
@@ -321,8 +321,8 @@ def check_routing(c):
 
 
 # A moe layer's hidden / intermediate sizes come in multiples of these: the activation's scale block on the quantized
-# paths, 16 on bf16 (non-multiples of 128 included).
-SIZE_STEPS = {"bf16": 16, **SCALE_BLOCKS}
+# paths (spec.quant.QUANT_TABLE), 16 on bf16 (non-multiples of 128 included).
+SIZE_STEPS = {name: path.block or 16 for name, path in QUANT_TABLE.items()}
 
 
 def quant_block(c):
@@ -367,7 +367,8 @@ def check_moe(c):
     _require(c.activation in ACTIVATIONS, f"activation {c.activation!r} is not one of {ACTIVATIONS}")
     _require(c.half_order in HALF_ORDERS, f"half_order {c.half_order!r} is not gate_up|up_gate")
     _require(c.quant in QUANT_PATHS, f"quant path {c.quant!r} is not one of {QUANT_PATHS}")
-    block = 1 if c.quant in ("bf16", "fp8_block") else SCALE_BLOCKS[c.quant]  # fp8_block: a partial last block
+    path = QUANT_TABLE[c.quant]
+    block = path.block if path.whole_blocks else 1  # fp8_block: a partial last block
     _require(
         c.hidden_size % block == 0 and c.intermediate_size % block == 0,
         f"quant {c.quant} needs hidden_size and intermediate_size multiples of {block}",
@@ -396,10 +397,10 @@ def check_moe(c):
         "moe cases shard experts with MoEConfig.local_expert_offset / local_num_experts, not their routing's",
     )
     _require(c.scale_fmt in SCALE_FMTS, f"scale_fmt {c.scale_fmt!r} is not one of {SCALE_FMTS}")
-    _require(c.scale_fmt == "fp32" or c.quant == "fp8_block",
+    _require(c.scale_fmt in path.scale_fmts,
              f"scale_fmt {c.scale_fmt!r} needs quant fp8_block (the other paths' scales are their format's)")
     _require(c.expert_weights in EXPERT_WEIGHTS, f"expert_weights {c.expert_weights!r} is not one of {EXPERT_WEIGHTS}")
-    _require(c.quant != "bf16" or c.expert_weights != "bf16",
+    _require(c.expert_weights == "prepared" or c.expert_weights in path.weight_forms,
              "expert_weights 'bf16' on the bf16 path are its prepared weights: use 'prepared' (or 'fp32')")
 
 
@@ -414,8 +415,9 @@ def check_dev_kernel(c):
              f"tile_tokens_dim={tile} must be a power of two in [1, {MAX_TILE_TOKENS}]")
     _require(c.dtype in DEV_DTYPES, f"dtype {c.dtype!r} is not one of {DEV_DTYPES}")
     _require(c.sf_layout in SF_LAYOUTS, f"sf_layout {c.sf_layout!r} is not one of {SF_LAYOUTS}")
-    block = {"activation": 64, "activation_deepseek_fp8": 128, "convertsf": 16 if c.sf_layout == "R8c16" else 4,
-             "permute": 128 if c.dtype == "e4m3" else 1, "finalize": 16, "finalize_deepseek_fp8": 128}[c.kernel]
+    block = {"activation": 64, "activation_deepseek_fp8": FP8_BLOCK, "convertsf": 16 if c.sf_layout == "R8c16" else 4,
+             "permute": FP8_BLOCK if c.dtype == "e4m3" else 1, "finalize": 16,
+             "finalize_deepseek_fp8": FP8_BLOCK}[c.kernel]
     _require(c.hidden_size >= 1 and c.hidden_size % block == 0,
              f"hidden_size={c.hidden_size} must be a positive multiple of {block} for {c.kernel} ({c.dtype})")
     _require(c.kernel != "activation" or c.dtype != "e4m3", "activation takes bf16 or fp16 (e4m3: the DeepSeek one)")

@@ -429,7 +429,7 @@ def dev_kernel_inputs(seed, dist, c):
     if c.kernel == "permute":
         out["hidden_states"] = values("hidden_states", (T, H), c.dtype)
         if c.dtype == "e4m3":
-            out["hidden_states_scale"] = (1.0 + uniform(seed, "scale", (H // 128, T))).astype(np.float32)
+            out["hidden_states_scale"] = (1.0 + uniform(seed, "scale", (H // FP8_BLOCK, T))).astype(np.float32)
         out["num_padded_tokens"] = np.array(P, np.int32)
         return out
     if c.kernel.startswith("finalize"):
@@ -437,11 +437,11 @@ def dev_kernel_inputs(seed, dist, c):
         if c.weighted or c.kernel == "finalize_deepseek_fp8":
             out["expert_weights"] = round_bf16(uniform(seed, "weights", (T, K)))
         if c.kernel == "finalize_deepseek_fp8":
-            out["gemm2_out_scale"] = _block_scales(seed, "gemm2_out_scale", (H // 128, P))
+            out["gemm2_out_scale"] = _block_scales(seed, "gemm2_out_scale", (H // FP8_BLOCK, P))
         return out
     out["gemm1_out"] = values("gemm1_out", (P, 2 * H), c.dtype)
     if c.kernel == "activation_deepseek_fp8":
-        out["gemm1_out_scale"] = _block_scales(seed, "gemm1_out_scale", (2 * H // 128, P))
+        out["gemm1_out_scale"] = _block_scales(seed, "gemm1_out_scale", (2 * H // FP8_BLOCK, P))
     if c.swiglu_controls:
         tiles = -(-P // c.tile_tokens_dim)
         map_ = np.zeros(tiles, np.int32)

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 
 from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
+from spec.quant import QUANT_TABLE
 from spec.routing import METHODS
 
 from .case import SIZE_STEPS, CaseError, MoEConfig, QuantConfig, RoutingConfig
@@ -80,7 +81,7 @@ PRESETS = {
     "mixtral": Preset(method="renormalize", num_experts=8, top_k=2, hidden_size=4096, intermediate_size=14336,
         source=HF.format("mistralai/Mixtral-8x7B-v0.1")),
 }
-QUANT_SCHEME = {"fp8_block": "fp8_group", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+QUANT_SCHEME = {name: path.scheme for name, path in QUANT_TABLE.items() if path.scheme}  # the quant op of a path
 
 # FlashInfer mono_moe (impls/flashinfer/mono_moe.py): one fixed shape, always at its real sizes (the kernel
 # refuses any other), T ≤ 8, bf16 logits, no bias / groups / routed scaling, [gate; up] rows, block FP8.

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from hypothesis import strategies as st
 
 from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
+from spec.quant import QUANT_TABLE
 from spec.recipes import HOST_QUANT_VARIANTS, QUANT_VARIANTS, SCALE_FORMULAS
 
 from .case import (
@@ -314,7 +315,7 @@ def quant_configs(draw, scheme=None):
         scheme=scheme,
         num_tokens=draw(num_tokens(), label="num_tokens"),
         hidden_size=H,
-        group_size=group if scheme == "fp8_group" else 128,
+        group_size=group if scheme == "fp8_group" else FP8_BLOCK,
         input_dtype=draw(_sampled("bf16", "fp16", "fp32"), label="input_dtype"),
         variant=draw(_sampled(*HOST_QUANT_VARIANTS), label="variant"),
         scale_formula=draw(_sampled(*SCALE_FORMULAS), label="scale_formula"),
@@ -404,12 +405,12 @@ def _input_forms(draw, quant):
     """The forms the layer's inputs arrive in, the common one first (and three times as likely): bf16 or fp16
     hidden states; fp32 or UE8M0 scales (fp8_block); expert weights prepared in the path's format, or unquantized
     bf16 / fp32 values the implementation prepares itself."""
-    forms = {"bf16": ("fp32",), "fp8_block": ("bf16", "fp32"), "mxfp8": ("bf16", "fp32"), "nvfp4": ("bf16", "fp32")}
     return {
         "hidden_dtype": draw(st.sampled_from(("bf16",) * 3 + ("fp16",)), label="hidden_dtype"),
         "scale_fmt": draw(st.sampled_from(("fp32",) * 3 + ("ue8m0",)), label="scale_fmt")
-        if quant == "fp8_block" else "fp32",
-        "expert_weights": draw(st.sampled_from(("prepared",) * 3 + forms[quant]), label="expert_weights"),
+        if QUANT_TABLE[quant].scale_fmts != ("fp32",) else "fp32",
+        "expert_weights": draw(st.sampled_from(("prepared",) * 3 + QUANT_TABLE[quant].weight_forms),
+                               label="expert_weights"),
     }
 
 
@@ -435,8 +436,8 @@ def dev_kernel_configs(draw, kernel=None):
              "convertsf": _JUST_E4M3}.get(kernel, _sampled("bf16", "fp16", "e4m3"))
     dtype = draw(dtype, label="dtype")
     layout = draw(_sampled(*SF_LAYOUTS), label="sf_layout") if kernel == "convertsf" else "R128c4"
-    step = {"activation": 64, "activation_deepseek_fp8": 128, "convertsf": 16 if layout == "R8c16" else 4,
-            "permute": 128 if dtype == "e4m3" else 16, "finalize": 16, "finalize_deepseek_fp8": 128}[kernel]
+    step = {"activation": 64, "activation_deepseek_fp8": FP8_BLOCK, "convertsf": 16 if layout == "R8c16" else 4,
+            "permute": FP8_BLOCK if dtype == "e4m3" else 16, "finalize": 16, "finalize_deepseek_fp8": FP8_BLOCK}[kernel]
     hidden = draw(_sizes_of(step, MAX_HIDDEN), label="hidden_size")
     at_edge = kernel == "finalize" and _one_in(draw, DEV_EDGE_ODDS, "small_grid_edge")
     if at_edge:

@@ -9,13 +9,9 @@ says which sglang-kernel build they load, why that one, and how each recipe was 
 the SASS of the shipped library.
 """
 
-import importlib
-
-ADAPTERS = ("moe_fused_gate", "moe_fused_gate_bf16", "per_token_group_quant_8bit", "per_token_group_quant_8bit_v1",
-            "topk_softmax")
+from .. import adapter as _adapter
 
 
 def adapter(name):
-    if name not in ADAPTERS:
-        raise ValueError(f"unknown SGLang adapter {name!r}; known: {ADAPTERS}")
-    return importlib.import_module(f"{__name__}.{name}")
+    """impls.sglang.<name>, one of the "sglang." names of impls.adapters(), imported."""
+    return _adapter(f"sglang.{name}")
