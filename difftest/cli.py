@@ -10,9 +10,10 @@ from pathlib import Path
 
 from .model import OPS
 from .running import run
-from .usage import Parser, finite, table
+from .usage import Parser, UsageError, finite, table
 
 SUBPROGRAMS = {"mutants": "selftest.mutants"}  # commands with their own parser: module under difftest/, loaded on use
+SET_COMMANDS = ("fuzz", "mutants")  # the commands that draw cases: --set NAME=VALUE (difftest/settings.py)
 
 
 def cmd_impls(args):
@@ -84,6 +85,22 @@ def _timeouts(p):
                         "(default DIFFTEST_FIRST_CASE_TIMEOUT or 900)")
 
 
+def _settings(p):
+    p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                   help="a setting of the case space for this run (repeatable): odds, sizes, steering, weight seed; "
+                        "the table, defaults and [tool.difftest] in pyproject.toml: docs/settings.md")
+
+
+def _apply_settings(argv):
+    """Apply --set NAME=VALUE (or --set=NAME=VALUE) of argv before the command imports what reads the settings."""
+    pre = Parser(prog="python -m difftest", add_help=False)
+    pre.add_argument("--set", action="append")
+    known, _ = pre.parse_known_args(argv)
+    from . import settings
+
+    settings.apply(known.set)
+
+
 def parser():
     p = Parser(prog="python -m difftest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog=f"The main job: python -m difftest fuzz ({run.DEFAULT_BUDGET_S} s, spec vs torch on CPU and any "
@@ -123,6 +140,7 @@ def parser():
                      "and multiplexed with OUT/db (default DIFFTEST_DB, else OUT/db)"
     )
     _timeouts(f)
+    _settings(f)
     r = sub.add_parser("replay", help="replay fixtures against every available implementation")
     r.add_argument("paths", nargs="+", help="fixture directories, directories of fixtures, or run directories "
                                             "(their fixtures/)")
@@ -190,6 +208,12 @@ def main(argv=None):
     if not argv:  # the main job is `fuzz`, asked for by name: a bare call starts no 120 s campaign
         p.print_help()
         return 0
+    if argv[0] in SET_COMMANDS:  # before anything reads them (a subprogram's module does, at import)
+        try:
+            _apply_settings(argv[1:])
+        except UsageError as e:
+            print(f"difftest: error: {e}", file=sys.stderr)
+            return 2
     if argv[0] in SUBPROGRAMS:  # its own parser (the mutation self-test: difftest/selftest/mutants.py)
         return importlib.import_module(f".{SUBPROGRAMS[argv[0]]}", __package__).main(argv[1:])
     try:

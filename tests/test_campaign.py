@@ -162,11 +162,13 @@ def test_a_campaign_weight_seed_reaches_every_moe_case(monkeypatch):
     assert rows and {r["case"]["weight_seed"] for r in rows} == {3} and len({r["case"]["seed"] for r in rows}) > 1
 
 
-def test_bad_weight_seed_environment_is_a_usage_error():
+def test_bad_weight_seed_setting_is_a_usage_error():
+    """Through the variable that carries the settings into workers (difftest/settings.py): exit 2, one line."""
     r = subprocess.run([sys.executable, "-m", "difftest", "fuzz", "--model", "mono-moe", "--impl", "torch"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "DIFFTEST_WEIGHT_SEED": "-1"})
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "DIFFTEST_WEIGHT_SEED='-1'" in r.stderr, r.stderr
+                       env={**os.environ, "DIFFTEST_SETTINGS": '{"weight_seed": -1}'})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "DIFFTEST_SETTINGS: setting weight_seed must be an integer in [0, " in r.stderr, r.stderr
 
 
 def test_database_key_separates_fixed_weights_and_keeps_older_keys():

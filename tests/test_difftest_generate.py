@@ -382,12 +382,8 @@ def test_only_presets_with_fixed_weights_have_a_weight_seed(monkeypatch):
     from difftest.model import presets
 
     assert [n for n in presets.PRESETS if presets.weight_seed(n) is not None] == [presets.MONO_MOE]
-    monkeypatch.setattr(presets, "WEIGHT_SEED", "12")
+    monkeypatch.setattr(presets, "WEIGHT_SEED", 12)  # the setting weight_seed (bad values: tests/test_settings.py)
     assert presets.weight_seed(presets.MONO_MOE) == 12
-    for bad in ("-1", "x", "", str(2**63)):
-        monkeypatch.setattr(presets, "WEIGHT_SEED", bad)
-        with pytest.raises(CaseError, match="DIFFTEST_WEIGHT_SEED=.* must be an integer in"):
-            presets.weight_seed(presets.MONO_MOE)
 
 
 def test_mono_moe_cases_share_their_weights_but_not_their_inputs():

@@ -14,7 +14,6 @@ under the moe distribution ``nonneg`` they are those weights' magnitudes (and th
 import collections
 import functools
 import hashlib
-import os
 import zlib
 from typing import NamedTuple
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from spec.quant import FP8_BLOCK, MX_BLOCK, NVFP4_BLOCK
 
+from ..settings import get as setting
 from .case import CaseError, quant_block
 
 SQRT3 = float(np.sqrt(3.0))  # correctly rounded by IEEE 754
@@ -220,7 +220,7 @@ def _fp8_codes(seed, name, shape, e):
 # WEIGHT_CACHE_ENTRIES experts and WEIGHT_CACHE_BYTES (an expert of a 7,168-wide layer is some 22 MB, and a campaign
 # worker draws thousands of layers).
 WEIGHT_CACHE_ENTRIES = 512
-WEIGHT_CACHE_BYTES = int(os.environ.get("DIFFTEST_WEIGHT_CACHE_MB", "1024")) << 20
+WEIGHT_CACHE_BYTES = setting("weight_cache_mb") << 20  # the setting is in MiB
 _WEIGHT_CACHE = collections.OrderedDict()
 
 

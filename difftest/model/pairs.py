@@ -28,7 +28,7 @@ Coverage = covered ∩ reachable / reachable, per (implementation, op) and overa
 (percentages rounded down, so that 95 % printed is 95 % reached).
 
 **Steering.** steered() wraps a cell's configuration strategy: one draw in STEER_ODDS (environment
-DIFFTEST_PAIR_STEER_ODDS; 0 turns steering off) picks a reachable pair not yet covered in this process and forces
+the setting pair_steer_odds; 0 turns steering off) picks a reachable pair not yet covered in this process and forces
 its two values onto the drawn configuration (where that breaks a constraint, the pair's witness is drawn instead:
 a steered draw is never rejected), then packs more uncovered pairs onto it while it stays accepted (packed(), the
 greedy of covering arrays: a moe case has some 90 pairs, so one draw can cover several uncovered ones). Worker w of a
@@ -45,7 +45,6 @@ never a case outside its space.
 
 import itertools
 import math
-import os
 import zlib
 from collections import Counter, defaultdict
 from typing import NamedTuple
@@ -54,13 +53,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
+from ..settings import get as setting
 from . import strategies
 from .case import FIELD_DOMAINS, Case, CaseError
 from .where import Constraint, WhereError, _get, _set, field_types, for_impl, merge
 
-STEER_ODDS = int(os.environ.get("DIFFTEST_PAIR_STEER_ODDS", "3"))
-STEER_SPREAD = int(os.environ.get("DIFFTEST_PAIR_STEER_SPREAD", "48"))  # see steered()
-POOL = int(os.environ.get("DIFFTEST_PAIR_POOL", "16"))  # configurations drawn per cell to search for witnesses
+STEER_ODDS = setting("pair_steer_odds")
+STEER_SPREAD = setting("pair_steer_spread")  # see steered()
+POOL = setting("pair_pool")  # configurations drawn per cell to search for witnesses
 PACK_ATTEMPTS = 32  # further uncovered pairs a steered draw tries to force onto its configuration
 TOKENS = "num_tokens"
 TOKEN_BUCKETS = ("0", "1", "2+")

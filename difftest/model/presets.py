@@ -4,9 +4,9 @@
 A preset fixes what defines the model's numerics (routing method, experts, top-k, groups, scaling factor,
 activation, quant path) and lets Hypothesis draw the rest (tokens, distributions, seeds, logit/bias dtypes).
 Hidden and intermediate sizes are scaled down by default to at most MODEL_HIDDEN / MODEL_INTERMEDIATE
-(DIFFTEST_MODEL_HIDDEN, default 256; DIFFTEST_MODEL_INTERMEDIATE, default 128; kept multiples of the quant
+(the settings model_hidden, default 256, and model_intermediate, default 128; kept multiples of the quant
 block), because the bound scales with the sizes and the bugs these presets target live in routing, layouts
-and rounding points, not in GEMM length; DIFFTEST_MODEL_FULL=1 uses the real sizes (slow on CPU).
+and rounding points, not in GEMM length; --set model_full=1 uses the real sizes (slow on CPU).
 
 Against an implementation, a preset's draws are narrowed to what the implementation states it takes (its ``space``,
 difftest/model/where.py; difftest/running/run.py campaign_cells): a preset draws eps, rsf_placement and T = 0 freely,
@@ -14,11 +14,10 @@ and the trtllm-gen adapters' eps of 1e-20, rsf applied in routing and T >= 1 rep
 compares what it draws instead of declining it (tests/test_adapter_search_fit.py).
 
 A preset with ``fixed_weights`` (mono-moe) keeps its expert weights for the whole campaign: its moe cases
-take them from WEIGHT_SEED (DIFFTEST_WEIGHT_SEED, default 0) instead of each case's seed, while tokens and
+take them from WEIGHT_SEED (the setting weight_seed, default 0) instead of each case's seed, while tokens and
 logits still vary per case (``weight_seed(name)``; the campaign passes it to strategies.cases).
 """
 
-import os
 from typing import NamedTuple
 
 from hypothesis import strategies as st
@@ -27,14 +26,15 @@ from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
 from spec.quant import QUANT_TABLE
 from spec.routing import METHODS
 
-from .case import SIZE_STEPS, CaseError, MoEConfig, QuantConfig, RoutingConfig
+from ..settings import get as setting
+from .case import SIZE_STEPS, MoEConfig, QuantConfig, RoutingConfig
 from .strategies import num_tokens
 
-MODEL_HIDDEN = int(os.environ.get("DIFFTEST_MODEL_HIDDEN", "256"))
-MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MODEL_INTERMEDIATE", "128"))
-MODEL_FULL = os.environ.get("DIFFTEST_MODEL_FULL") == "1"
-MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MODEL_MAX_TOKENS", "16"))
-WEIGHT_SEED = os.environ.get("DIFFTEST_WEIGHT_SEED", "0")  # checked by weight_seed(): a usage error, not a crash
+MODEL_HIDDEN = setting("model_hidden")
+MODEL_INTERMEDIATE = setting("model_intermediate")
+MODEL_FULL = setting("model_full")
+MODEL_MAX_TOKENS = setting("model_max_tokens")
+WEIGHT_SEED = setting("weight_seed")
 
 
 class Preset(NamedTuple):
@@ -91,7 +91,7 @@ QUANT_SCHEME = {name: path.scheme for name, path in QUANT_TABLE.items() if path.
 # weights generated on demand and cached (≈ 4 s per case for recipe + ideal on one CPU core while cold).
 MONO_MOE = "mono-moe"
 MONO_METHODS = tuple(MONO_SCORING)  # the routing methods the kernel takes
-MONO_MAX_TOKENS = int(os.environ.get("DIFFTEST_MONO_MAX_TOKENS", "8"))
+MONO_MAX_TOKENS = setting("mono_max_tokens")
 PRESETS[MONO_MOE] = Preset(
     method="renormalize",  # one of MONO_METHODS, drawn per case
     num_experts=256,
@@ -118,7 +118,7 @@ PRESETS[MONO_MOE] = Preset(
 TRTLLM_GEN_ROUTING = "trtllm-gen-routing"
 TRTLLM_GEN_METHODS = ("deepseek_v3", "minimax2", "default", "renormalize", "renormalize_naive", "topk",
                       "sigmoid_renorm", "sigmoid", "topk_sigmoid", "llama4")
-TRTLLM_GEN_MAX_TOKENS = int(os.environ.get("DIFFTEST_TRTLLM_GEN_MAX_TOKENS", "8192"))
+TRTLLM_GEN_MAX_TOKENS = setting("trtllm_gen_max_tokens")
 TRTLLM_GEN_TOKEN_EDGES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 TRTLLM_GEN_EXPERTS = ((256, 8, 4), (256, 1, 1), (384, 1, 1), (512, 1, 1), (128, 8, 4), (160, 1, 1), (128, 1, 1),
                       (64, 4, 2), (64, 8, 4), (72, 8, 3), (32, 4, 4), (16, 1, 1), (8, 1, 1))
@@ -177,9 +177,7 @@ def weight_seed(name):
     """The expert-weight seed shared by preset ``name``'s moe cases, or None: weights from each case's seed."""
     if not PRESETS[name].fixed_weights:
         return None
-    if not (WEIGHT_SEED.isdecimal() and int(WEIGHT_SEED) < 2**63):
-        raise CaseError(f"DIFFTEST_WEIGHT_SEED={WEIGHT_SEED!r} must be an integer in [0, 2**63)")
-    return int(WEIGHT_SEED)
+    return WEIGHT_SEED
 
 
 def _scaled(size, limit, block):

@@ -3,15 +3,14 @@
 Arrays are never drawn element by element (hypothesis.extra.numpy cannot draw bf16/fp8, and big arrays
 shrink badly): a case is a configuration + a distribution name + a seed, and difftest/model/generate.py makes the
 bits. Shrinking therefore moves toward fewer tokens, smaller sizes, the first distribution ("normal") and
-seed 0. Size limits come from the environment once, at import (DIFFTEST_MAX_TOKENS, ..._EXPERTS,
-..._HIDDEN, ..._INTERMEDIATE), so a campaign can be widened without edits. Small cases are the bulk; the kernels'
-limits (expert tiers, top_k, one-expert groups, path token counts, model widths) are regimes of a draw in N each
-(docs/architecture.md, "The case space"); the expert, top_k and token regimes are drawn after what the bulk draws in
-their place, so that shrinking out of one lands on the bulk's draw.
+seed 0. Size limits and odds are settings (difftest/settings.py: max_tokens, max_experts, max_hidden, ...), read
+once, at import, so a campaign can be widened without edits (fuzz --set max_tokens=4096). Small cases are the bulk;
+the kernels' limits (expert tiers, top_k, one-expert groups, path token counts, model widths) are regimes of a draw
+in N each (docs/architecture.md, "The case space"); the expert, top_k and token regimes are drawn after what the bulk
+draws in their place, so that shrinking out of one lands on the bulk's draw.
 """
 
 import functools
-import os
 from typing import NamedTuple
 
 from hypothesis import strategies as st
@@ -20,6 +19,7 @@ from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
 from spec.quant import QUANT_TABLE
 from spec.recipes import HOST_QUANT_VARIANTS, QUANT_VARIANTS, SCALE_FORMULAS
 
+from ..settings import get as setting
 from .case import (
     ACTIVATIONS,
     BIAS_DTYPES,
@@ -51,13 +51,13 @@ from .case import (
 )
 from .generate import DISTS, WEIGHT_DISTS
 
-MAX_TOKENS = int(os.environ.get("DIFFTEST_MAX_TOKENS", "40"))
-MAX_EXPERTS = int(os.environ.get("DIFFTEST_MAX_EXPERTS", "64"))
-MAX_HIDDEN = int(os.environ.get("DIFFTEST_MAX_HIDDEN", "512"))
-MAX_INTERMEDIATE = int(os.environ.get("DIFFTEST_MAX_INTERMEDIATE", "384"))
+MAX_TOKENS = setting("max_tokens")
+MAX_EXPERTS = setting("max_experts")
+MAX_HIDDEN = setting("max_hidden")
+MAX_INTERMEDIATE = setting("max_intermediate")
 # A case without tokens computes nothing: one draw in ZERO_TOKEN_ODDS has T = 0, and it is not the simplest draw (a
 # fresh Hypothesis run starts from the simplest, and shrinking moves toward it), so such cases stay a small share.
-ZERO_TOKEN_ODDS = int(os.environ.get("DIFFTEST_ZERO_TOKEN_ODDS", "50"))
+ZERO_TOKEN_ODDS = setting("zero_token_odds")
 # The kernels' limits (docs/trtllm_gen_routing.md §5-6; impls/flashinfer/trtllm_gen_routing.py): expert counts at which
 # they change tier (trtllm-gen 128, 160, 256, 384, 512; DeepSeek-V3 has 256 experts), each drawn with its neighbours up
 # to MAX_KERNEL_EXPERTS, in one routing case of MANY_EXPERTS_ODDS; top_k above 8 up to MAX_TOP_K (the binding's 22 for
@@ -66,36 +66,36 @@ ZERO_TOKEN_ODDS = int(os.environ.get("DIFFTEST_ZERO_TOKEN_ODDS", "50"))
 # (64, 128, 256, 1,024, 8,192, and T·k >= 1,536: 192 at top-8), each with its neighbours, in one routing case of
 # MANY_TOKENS_ODDS, at most MANY_TOKENS_LOGITS logits (T·E) a case.
 EXPERT_TIERS = (128, 160, 256, 384, 512)
-MAX_KERNEL_EXPERTS = int(os.environ.get("DIFFTEST_MAX_KERNEL_EXPERTS", "512"))
-MANY_EXPERTS_ODDS = int(os.environ.get("DIFFTEST_MANY_EXPERTS_ODDS", "6"))
-MAX_TOP_K = int(os.environ.get("DIFFTEST_MAX_TOP_K", "32"))
-LARGE_TOP_K_ODDS = int(os.environ.get("DIFFTEST_LARGE_TOP_K_ODDS", "8"))
+MAX_KERNEL_EXPERTS = setting("max_kernel_experts")
+MANY_EXPERTS_ODDS = setting("many_experts_odds")
+MAX_TOP_K = setting("max_top_k")
+LARGE_TOP_K_ODDS = setting("large_top_k_odds")
 PATH_TOKENS = (64, 128, 192, 256, 1024, 8192)
-MANY_TOKENS_ODDS = int(os.environ.get("DIFFTEST_MANY_TOKENS_ODDS", "16"))
-MANY_TOKENS_LOGITS = int(os.environ.get("DIFFTEST_MANY_TOKENS_LOGITS", str(2**20)))
+MANY_TOKENS_ODDS = setting("many_tokens_odds")
+MANY_TOKENS_LOGITS = setting("many_tokens_logits")
 # Grouped routing at those sizes: n_group with at most 32 experts a group (one warp per group), DeepSeek-V3's 8 of 32.
 KERNEL_GROUPS = (4, 8, 16)
 # One grouped draw in ONE_EXPERT_GROUP_ODDS has one expert a group (n_group == num_experts: the group score is its key).
-ONE_EXPERT_GROUP_ODDS = int(os.environ.get("DIFFTEST_ONE_EXPERT_GROUP_ODDS", "4"))
+ONE_EXPERT_GROUP_ODDS = setting("one_expert_group_odds")
 # The layer is the slow op (two float64 spec passes per case): its own, smaller limits.
-MOE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MAX_TOKENS", "8"))
-MOE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MAX_EXPERTS", "8"))
-MOE_MAX_SIZE = int(os.environ.get("DIFFTEST_MOE_MAX_SIZE", "128"))
+MOE_MAX_TOKENS = setting("moe_max_tokens")
+MOE_MAX_EXPERTS = setting("moe_max_experts")
+MOE_MAX_SIZE = setting("moe_max_size")
 # Quantized layers wider than one 128 block (multi-block scale reads, per-block accumulation order): drawn in
 # one quantized case of MOE_WIDE_ODDS, with at most MOE_WIDE_MAX_TOKENS tokens and _EXPERTS experts.
-MOE_WIDE_SIZE = int(os.environ.get("DIFFTEST_MOE_WIDE_SIZE", "256"))
-MOE_WIDE_ODDS = int(os.environ.get("DIFFTEST_MOE_WIDE_ODDS", "6"))
-MOE_WIDE_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_TOKENS", "6"))
-MOE_WIDE_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_WIDE_MAX_EXPERTS", "4"))
+MOE_WIDE_SIZE = setting("moe_wide_size")
+MOE_WIDE_ODDS = setting("moe_wide_odds")
+MOE_WIDE_MAX_TOKENS = setting("moe_wide_max_tokens")
+MOE_WIDE_MAX_EXPERTS = setting("moe_wide_max_experts")
 # Layers with the kernels' expert counts (EXPERT_TIERS and neighbours, up to MOE_MANY_MAX_EXPERTS; grouped too) in one
 # narrower case of MOE_MANY_EXPERTS_ODDS, at most MOE_MANY_EXPERTS_SIZE wide and MOE_MAX_TOKENS tokens: at most T·k
 # experts are computed. Layers with the routing kernels' token counts (PATH_TOKENS and neighbours up to
 # MOE_MANY_MAX_TOKENS) in one case of MOE_MANY_TOKENS_ODDS, as narrow, with at most MOE_MAX_EXPERTS experts.
-MOE_MANY_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MANY_MAX_EXPERTS", "512"))
-MOE_MANY_EXPERTS_ODDS = int(os.environ.get("DIFFTEST_MOE_MANY_EXPERTS_ODDS", "10"))
-MOE_MANY_EXPERTS_SIZE = int(os.environ.get("DIFFTEST_MOE_MANY_EXPERTS_SIZE", "64"))
-MOE_MANY_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MANY_MAX_TOKENS", "1025"))
-MOE_MANY_TOKENS_ODDS = int(os.environ.get("DIFFTEST_MOE_MANY_TOKENS_ODDS", "16"))
+MOE_MANY_MAX_EXPERTS = setting("moe_many_max_experts")
+MOE_MANY_EXPERTS_ODDS = setting("moe_many_experts_odds")
+MOE_MANY_EXPERTS_SIZE = setting("moe_many_experts_size")
+MOE_MANY_MAX_TOKENS = setting("moe_many_max_tokens")
+MOE_MANY_TOKENS_ODDS = setting("moe_many_tokens_odds")
 # Layers of model width, on every path: H in [MOE_MODEL_MIN_HIDDEN, MOE_MODEL_HIDDEN], I in [MOE_MODEL_MIN_INTERMEDIATE,
 # MOE_MODEL_INTERMEDIATE], drawn in one case of MOE_MODEL_ODDS with at most MOE_MODEL_MAX_TOKENS tokens and _EXPERTS
 # experts. Errors that grow with K live here: a sum of K >= 512 same-sign bf16 products exceeds each by more than 2^8,
@@ -107,17 +107,17 @@ MOE_MANY_TOKENS_ODDS = int(os.environ.get("DIFFTEST_MOE_MANY_TOKENS_ODDS", "16")
 # One model-width case in MOE_FULL_ODDS is wider still, up to MOE_FULL_HIDDEN (DeepSeek-V3's 7,168; FULL_WIDTHS are
 # released models' widths), with 2 to MOE_FULL_MAX_TOKENS tokens, I at most MOE_FULL_INTERMEDIATE and at most
 # MOE_MODEL_MAX_EXPERTS experts: the spec decodes every computed expert's weights in float64, seconds a case at 7,168.
-MOE_MODEL_MIN_HIDDEN = int(os.environ.get("DIFFTEST_MOE_MODEL_MIN_HIDDEN", "512"))
-MOE_MODEL_HIDDEN = int(os.environ.get("DIFFTEST_MOE_MODEL_HIDDEN", "2048"))
-MOE_MODEL_MIN_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_MODEL_MIN_INTERMEDIATE", "256"))
-MOE_MODEL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_MODEL_INTERMEDIATE", "512"))
-MOE_MODEL_ODDS = int(os.environ.get("DIFFTEST_MOE_MODEL_ODDS", "8"))
-MOE_MODEL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_MODEL_MAX_TOKENS", "16"))
-MOE_MODEL_MAX_EXPERTS = int(os.environ.get("DIFFTEST_MOE_MODEL_MAX_EXPERTS", "4"))
-MOE_FULL_HIDDEN = int(os.environ.get("DIFFTEST_MOE_FULL_HIDDEN", "7168"))
-MOE_FULL_ODDS = int(os.environ.get("DIFFTEST_MOE_FULL_ODDS", "8"))
-MOE_FULL_MAX_TOKENS = int(os.environ.get("DIFFTEST_MOE_FULL_MAX_TOKENS", "4"))
-MOE_FULL_INTERMEDIATE = int(os.environ.get("DIFFTEST_MOE_FULL_INTERMEDIATE", "256"))
+MOE_MODEL_MIN_HIDDEN = setting("moe_model_min_hidden")
+MOE_MODEL_HIDDEN = setting("moe_model_hidden")
+MOE_MODEL_MIN_INTERMEDIATE = setting("moe_model_min_intermediate")
+MOE_MODEL_INTERMEDIATE = setting("moe_model_intermediate")
+MOE_MODEL_ODDS = setting("moe_model_odds")
+MOE_MODEL_MAX_TOKENS = setting("moe_model_max_tokens")
+MOE_MODEL_MAX_EXPERTS = setting("moe_model_max_experts")
+MOE_FULL_HIDDEN = setting("moe_full_hidden")
+MOE_FULL_ODDS = setting("moe_full_odds")
+MOE_FULL_MAX_TOKENS = setting("moe_full_max_tokens")
+MOE_FULL_INTERMEDIATE = setting("moe_full_intermediate")
 FULL_WIDTHS = (2688, 4096, 5120, 6144, 7168)  # Nemotron-H, Mixtral, GLM-4.5 / Llama-4, GLM-5, DeepSeek-V3 (presets)
 MODEL_WIDTH_DISTS = ("normal", "nonneg", "sparse")
 MODEL_REGIME = MOE_MODEL_HIDDEN >= MOE_MODEL_MIN_HIDDEN > max(MOE_MAX_SIZE, MOE_WIDE_SIZE)  # else: not drawn
@@ -131,7 +131,7 @@ MAX_SEED = 2**32 - 1
 # kernel case in DEV_EDGE_ODDS has top_k in (10, DEV_MAX_TOP_K].
 FINALIZE_SMALL_GRID = 1184
 DEV_MAX_TOP_K = 64
-DEV_EDGE_ODDS = int(os.environ.get("DIFFTEST_DEV_EDGE_ODDS", "8"))
+DEV_EDGE_ODDS = setting("dev_edge_odds")
 
 # Strategies are built once and reused (functools.cache for those with arguments): a strategy built inside a
 # draw is validated and has its properties computed at every example, which cost a third of Hypothesis'

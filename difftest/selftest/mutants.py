@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 from hypothesis import settings
 
+from .. import settings as difftest_settings
 from ..checking import bias
 from ..model import generate
 from ..model.case import OPS, Case
@@ -391,10 +392,18 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=1, help="mutants hunted in parallel (1: unloaded timings)")
     p.add_argument("--out", help="directory for mutants.json and the shrunk reproducers as fixtures")
     p.add_argument("--list", action="store_true", help="list the catalogue and exit")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                   help="a setting of the case space (repeatable; docs/settings.md); python -m difftest mutants "
+                        "applies it before this module loads")
     try:
         args = p.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    try:
+        difftest_settings.apply(args.set)  # a no-op when python -m difftest mutants applied them already
+    except difftest_settings.SettingsError as e:
+        print(f"difftest: error: {e}", file=sys.stderr)
+        return 2
     if args.list:
         for m in CATALOGUE + EQUIVALENT:
             print(f"{m.name:34s} {m.module:8s} {kind(m):10s} {m.models}\n{'':54s} {m.doc}")
