@@ -61,7 +61,7 @@ def campaign_cells(impl_refs, ops, model, filters=None):
 def _first_to_report(workers_dir, signature):
     """True for the one worker that reports this signature first: a finding two workers both meet is printed once
     (an exclusive create of a marker named by the signature; run_campaign clears the markers of an earlier run)."""
-    from .campaign import first_to_claim
+    from .database import first_to_claim
 
     try:
         workers_dir.mkdir(exist_ok=True)
@@ -81,7 +81,7 @@ def _worker(w, args, out, start, deadline, queue, stop):
     from hypothesis.errors import Unsatisfiable
 
     from ..model import pairs, presets
-    from . import campaign
+    from . import campaign, database
 
     # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
     # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
@@ -94,7 +94,7 @@ def _worker(w, args, out, start, deadline, queue, stop):
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl", start)
         db, local_db = args.db or str(out / "db"), out / "db"
-        campaign.warn_once_per(out / "difftest-workers" / "redis-warned")
+        database.warn_once_per(out / "difftest-workers" / "redis-warned")
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
                       stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None,
                       known=set(args.known_signatures),  # grows with each finding: later ones must differ
@@ -324,10 +324,10 @@ def fuzz(args):
         raise UsageError(f"--out {args.out} holds a run already ({', '.join(used[:3])}): give another --out, or "
                          "--resume to continue that run")
     from ..checking import interface
-    from . import campaign
+    from . import database
 
     args.db = args.db or os.environ.get("DIFFTEST_DB") or None
-    if args.db and campaign.is_redis(args.db):
+    if args.db and database.is_redis(args.db):
         _redis_url(args.db)
     else:
         free_dir(args.db, "--db")
@@ -362,12 +362,12 @@ def fuzz(args):
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    if args.db and campaign.is_redis(args.db):  # one warning line for the campaign, here or from one worker
+    if args.db and database.is_redis(args.db):  # one warning line for the campaign, here or from one worker
         (out / "difftest-workers").mkdir(exist_ok=True)
         marker = out / "difftest-workers" / "redis-warned"
         marker.unlink(missing_ok=True)
-        campaign.warn_once_per(marker)
-        campaign.redis_reachable(args.db)
+        database.warn_once_per(marker)
+        database.redis_reachable(args.db)
     return run_campaign(args, out)
 
 
@@ -435,10 +435,10 @@ def distinct_findings(findings, per_signature):
 
 def _redis_url(url):
     """A redis://HOST:PORT[/N] URL the client accepts, and the client installed; else a one-line error."""
-    from . import campaign
+    from . import database
 
     try:
-        campaign.redis_client(url)
+        database.redis_client(url)
     except ValueError as e:
         raise UsageError(f"--db {e}") from None
 
