@@ -204,9 +204,9 @@ def cell_shares(out):
 
 
 def failures_by_signature(out):
-    """Counter of campaign.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
+    """Counter of signatures.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
     steps included): the cases behind each finding, known ones too."""
-    from .campaign import row_fields, signature
+    from .signatures import row_fields, signature
 
     n = Counter()
     for p in out.glob("cases-*.jsonl"):
