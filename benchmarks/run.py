@@ -337,12 +337,13 @@ def profile_campaign(examples):
     prof.runcall(go)
     stats = pstats.Stats(prof).stats  # (file, line, name) -> (cc, nc, tottime, cumtime, callers)
 
-    def cum(path, *names):
-        return sum(v[3] for (f, _, n), v in stats.items() if f.endswith(path) and n in names)
+    def cum(path, *names):  # path: a module's file, or a package's folder (ending in /)
+        inside = (lambda f: path in f) if path.endswith("/") else (lambda f: f.endswith(path))
+        return sum(v[3] for (f, _, n), v in stats.items() if inside(f) and n in names)
 
     total = sum(v[2] for v in stats.values())
     parts = {  # disjoint: nothing here calls another part
-        "the case: spec, bounds and comparison": cum("difftest/checking/compare.py", "compare_routing", "compare_quant",
+        "the case: spec, bounds and comparison": cum("difftest/checking/compare/", "compare_routing", "compare_quant",
                                                      "compare_moe", "compare_trtllm_ops"),
         "the case: implementation under test (torch eager)": cum("difftest/checking/impl_torch.py", "_route", "_quant",
                                                                  "_moe", "_trtllm_ops"),

@@ -571,7 +571,7 @@ def routing_weights(w, recipe, num_experts, top_k, score_sum=None, rsf=1.0, unro
 
 
 # ---- routing vs the float64 ideal (spec.routing's ideal_keys / ideal_scores / route(ideal=True));
-# difftest/checking/compare.py applies these to an implementation's keys and weights
+# difftest/checking/compare/ applies these to an implementation's keys and weights
 
 
 def _u_routing(fmt):

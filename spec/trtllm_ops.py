@@ -42,7 +42,8 @@ def requant_deepseek_fp8(y, floor=FP32.min_normal, fmt=E4M3FN, rcp=hopper_rcp):
     """Per row p and block b of 128 columns of the fp32 value y: amax = max |y| (NaN dropped),
     s[b, p] = deepseek_scale(amax, floor), q = fmt_rn_sat(fl32(y·rcp(s))); s = 0 gives 0·inf = NaN and ±inf.
     [P, I] -> (q [P, I]: e4m3 codes uint8, else float32 values; s float32 [I/128, P]). rcp: MUFU.RCP as measured
-    (spec/hopper.hopper_rcp: the measured table, every fp32 s); compare.py still allows one ulp from RN."""
+    (spec/hopper.hopper_rcp: the measured table, every fp32 s); difftest/checking/compare/trtllm_ops.py still
+    allows one ulp from RN."""
     y = round_to(y, FP32)
     rows, cols = y.shape
     blocks = y.reshape(rows, cols // DEEPSEEK_BLOCK, DEEPSEEK_BLOCK)

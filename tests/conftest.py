@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, settings
 
-from difftest.running.campaign import database
+from difftest.running.database import database
 
 HEALTH = [
     HealthCheck.too_slow,

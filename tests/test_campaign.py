@@ -175,8 +175,8 @@ def test_database_key_separates_fixed_weights_and_keeps_older_keys():
     """Saved examples must not replay against other weights; a cell without a weight seed keeps the key earlier
     versions wrote, so an existing database still replays."""
     from difftest.checking.impl_spec import SPEC
+    from difftest.running.database import database_key as key
 
-    key = campaign.database_key
     assert key(SPEC, "moe", "spec", None) == f"{SPEC.name}|moe|spec|None".encode()
     assert len({key(SPEC, "moe", "spec", None), key(SPEC, "moe", "spec", None, 0),
                 key(SPEC, "moe", "spec", None, 1)}) == 3

@@ -1,4 +1,4 @@
-"""The comparator's tie-aware validity (difftest/checking/compare.py module docstring) against brute force.
+"""The comparator's tie-aware validity (difftest/checking/compare/validity.py docstring) against brute force.
 
 Definition: ids are valid iff they are a top-k of the keys under some resolution of keys within 2δ of each other,
 groups included. Brute force here: every set of topk_group groups and every set of top_k experts on E <= 8,

@@ -343,7 +343,7 @@ def test_packed_scale_words_are_compared_as_integers_not_through_float32():
     bit-exact check must still see them differ, and name the words in hex."""
     got, want = np.array([[0x7A7A7A7A]], np.int32), np.array([[0x7A7A7A7B]], np.int32)
     assert np.float32(got[0, 0]) == np.float32(want[0, 0])
-    v = compare._bit_exact("scale_buffer as ue8m0_packed", got, want, "t")
+    v = compare.verdict._bit_exact("scale_buffer as ue8m0_packed", got, want, "t")
     assert not v.ok and "0x7a7a7a7a but spec=0x7a7a7a7b" in v.message
 
 

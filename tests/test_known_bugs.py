@@ -57,13 +57,13 @@ def test_fixture_stores_the_signatures_its_model_fails_with(path):
     """The signatures a K fixture stores (what `fuzz --known fixtures/` matches) are those its model's failure has
     under today's comparison: every failing output, the first first (a change of compare.OUTPUT_ORDER or of a
     check shows here, and the fixtures are migrated with it)."""
-    from difftest.running import campaign
+    from difftest.running import campaign, signatures
 
     fx = fixtures.load(path)
     result, kind, _ = campaign.run_classified(interface.load(fx.impl_ref), fx.case, fx.inputs)
     stored = campaign.fixture_signatures(fx.meta)
     assert [s.field for s in stored] == list(dict.fromkeys(f for f, _ in result.failures)), result
-    assert stored[0] == campaign.signature(fx.case.op, fx.meta["impl"]["name"], kind, result.failures, fx.case.config)
+    assert stored[0] == signatures.signature(fx.case.op, fx.meta["impl"]["name"], kind, result.failures, fx.case.config)
 
 
 def test_replay_flags_a_changed_spec(monkeypatch):

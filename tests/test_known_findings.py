@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from difftest.artifacts import fixtures
 from difftest.checking import interface
 from difftest.model import presets
-from difftest.running import campaign
-from difftest.running.campaign import Signature, field_of
+from difftest.running import campaign, signatures
 from difftest.running.isolation import Outcome
+from difftest.running.signatures import Signature, field_of, slice_of
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"
@@ -211,11 +211,11 @@ def test_a_known_bug_is_counted_as_known_and_a_new_one_in_its_cell_is_reported(p
     seen = []
     for case in cases:
         result, kind, _ = campaign.run_classified(impl, case)
-        seen += [campaign.signature(case.op, impl.name, kind, result.failures, case.config)] if kind else []
+        seen += [signatures.signature(case.op, impl.name, kind, result.failures, case.config)] if kind else []
     assert seen and set(seen) <= KNOWN, (seen, fields)
     planted, field = _planted(impl, fx.case, fields)
     result, kind, _ = campaign.run_classified(planted, cases[0])
-    new = campaign.signature(fx.case.op, impl.name, kind, result.failures, fx.case.config)
+    new = signatures.signature(fx.case.op, impl.name, kind, result.failures, fx.case.config)
     assert new not in KNOWN and new.field == field, (new, field, result.message)
 
 
@@ -239,10 +239,10 @@ def test_fuzz_known_fixtures_reports_only_what_is_new(tmp_path):
 def test_every_fixture_stores_its_signatures_for_its_own_case():
     for path in fixtures.discover(FIXTURES):
         meta = fixtures.load(path).meta
-        stored = [campaign.Signature(*s) for s in meta["signatures"]]
+        stored = [Signature(*s) for s in meta["signatures"]]
         case = meta["case"]
         assert {(s.op, s.impl, s.kind, s.slice) for s in stored} == {
-            (case["op"], meta["impl"]["name"], fixtures.load(path).kind, campaign.slice_of(case["op"], case["config"]))
+            (case["op"], meta["impl"]["name"], fixtures.load(path).kind, slice_of(case["op"], case["config"]))
         }, path
         assert all(s.field and " " not in s.field or s.field == "CUDA context" for s in stored), stored
 
@@ -262,7 +262,7 @@ def test_a_stored_signature_survives_a_message_rewritten_by_hand(tmp_path):
     before = campaign.known_signatures(tmp_path)
     meta["observed"]["message"] = "DeepSeek-V3 weights gathered from the biased scores: " + meta["observed"]["message"]
     (path / "case.json").write_text(json.dumps(meta))
-    assert campaign.known_signatures(tmp_path) == before == {campaign.Signature(*meta["signatures"][0])}
+    assert campaign.known_signatures(tmp_path) == before == {Signature(*meta["signatures"][0])}
 
 
 def test_signature_fields_come_from_the_comparison_not_the_message():
@@ -275,7 +275,7 @@ def test_signature_fields_come_from_the_comparison_not_the_message():
     bare = SPEC._replace(name="bare", run=lambda c, i: {k: SPEC.run(c, i)[k] for k in ("ids", "weights")})
     result, kind, _ = campaign.run_classified(bare, case)
     assert result.failures == (("permutation", "missing"),), result
-    assert campaign.signature("routing", "bare", kind, result.failures, case.config).field == "permutation"
+    assert signatures.signature("routing", "bare", kind, result.failures, case.config).field == "permutation"
 
 
 @pytest.mark.parametrize("outcome, field", [
@@ -287,7 +287,7 @@ def test_signature_fields_come_from_the_comparison_not_the_message():
      "timeout"),
 ])
 def test_a_crash_or_hang_is_named_by_how_the_worker_ended(outcome, field):
-    assert campaign.crash_field(outcome) == field
+    assert signatures.crash_field(outcome) == field
 
 
 def _kernel_said(fx):

@@ -22,7 +22,6 @@ TABLE = quant.QUANT_TABLE
 # Literals naming two or more paths that hold something other than a path's fact, with the reason.
 OWN_LISTS = {
     "difftest/checking/impl_torch.py": "FP8_KEYS: which prepared arrays the torch adapter views as float8 codes",
-    "difftest/checking/compare.py": "being split elsewhere (issue 37); read, not edited here",
 }
 
 
@@ -38,7 +37,7 @@ def test_each_row_states_facts_its_neighbours_agree_with(name):
     numerics.as_format(p.element)  # a format the spec defines
     assert (p.scale is None) == (p.block is None) == (p.scheme is None), p
     assert p.scale is None or numerics.as_format(p.scale)
-    assert numerics.SCALE_BLOCKS.get(name) == p.block  # the formats' block table (read by compare.py) agrees
+    assert numerics.SCALE_BLOCKS.get(name) == p.block  # the formats' block table (read by compare/) agrees
     assert p.scheme is None or p.scheme in case_model.QUANT_SCHEMES
     assert presets.QUANT_SCHEME.get(name) == p.scheme
     assert "fp32" in p.scale_fmts and set(p.scale_fmts) <= set(case_model.SCALE_FMTS)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from difftest.artifacts import fixtures, rundir
-from difftest.running import campaign
+from difftest.running import database
 
 redis = pytest.importorskip("redis", reason="the redis client is not installed (pip install 'moe-difftest[test]')")
 
@@ -85,7 +85,7 @@ def test_a_finding_on_one_host_is_replayed_first_by_another(redis_url, tmp_path)
     a = difftest(*CAMPAIGN, "--max-examples", "1500", "--workers", "1", "--seed", "0", out=tmp_path / "A", db=url)
     assert a.returncode == 1 and fixtures.discover(tmp_path / "A" / "fixtures"), a.stdout + a.stderr
     keys = redis.Redis.from_url(url).keys(b"*")
-    prefix = campaign.redis_prefix("planted:one_seed_in_64")
+    prefix = database.redis_prefix("planted:one_seed_in_64")
     assert keys and all(k.startswith(prefix) for k in keys), keys
 
     b = difftest(*CAMPAIGN, "--max-examples", "3", "--workers", "1", "--seed", "7", out=tmp_path / "B", db=url)

@@ -18,7 +18,7 @@ from difftest.checking import impl_spec, interface
 from difftest.checking.check import Result
 from difftest.model import generate, presets
 from difftest.model.case import CONFIGS, Case, MoEConfig, QuantConfig, RoutingConfig
-from difftest.running import campaign, run
+from difftest.running import campaign
 
 pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (extra 'report')")
 
@@ -71,7 +71,7 @@ def write_run(out):
     path = fixtures.write(out / "fixtures", case, "torch", torch_impl, recipe,
                           {"status": result.status, "ratio": result.ratio, "message": result.message},
                           impl_spec.expected(case, generate.inputs(case), recipe))
-    summary = run.summarize(out)
+    summary = rundir.summarize(out)
     # the replay line as cli writes it, from a deep run directory: one long unbreakable word the page must wrap
     deep = "/".join(["campaigns-of-a-long-named-gpu-host"] * 8)
     finding = {"impl": "torch", "op": "moe", "fixture": str(path),

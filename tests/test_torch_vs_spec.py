@@ -5,10 +5,10 @@ Inputs come from difftest/model/generate.py (PCG64 bits + exact transforms, dete
 configuration is drawn by Hypothesis. The two sides were written independently, so every agreement here is
 evidence. Tolerances are derived, never typed in:
 
-* Routing: the error analysis of spec/bounds.py, the one compare.py applies to every implementation, against the
-  float64 ideal of spec.routing (ideal_keys, ideal_scores). Each side's fp32 key is within δ
-  (bounds.routing_key_delta) of the ideal key, so the two are 2δ apart: a token whose spec margin exceeds twice
-  that must get the spec's id set; elsewhere torch's ids must be a valid selection (no selected key below a
+* Routing: the error analysis of spec/bounds.py, the one difftest/checking/compare/ applies to every
+  implementation, against the float64 ideal of spec.routing (ideal_keys, ideal_scores). Each side's fp32 key is
+  within δ (bounds.routing_key_delta) of the ideal key, so the two are 2δ apart: a token whose spec margin exceeds
+  twice that must get the spec's id set; elsewhere torch's ids must be a valid selection (no selected key below a
   rejected one by more than 2·2δ), group scores likewise (bounds.routing_group_delta).
 * Routing weights are always compared at torch's ids (the spec recomputes its formula with ``ids=``), within the
   hard bound between two implementations (bounds.routing_weight_bound) plus twice the underflow allowance

@@ -157,7 +157,7 @@ def _routing_why(c, recipe, exposed=False):
             f"by key ({c.method}){grouped}. The kernel computes each key in finite precision (rounding points of the "
             f"recipe: {_rounding_points(recipe, ROUTING_FIELDS)}); δ, spec.bounds.routing_key_delta, bounds its "
             "distance from the float64 key, so a selection is valid iff it is a top-k under some resolution of the "
-            "keys within 2δ of each other, groups included (difftest/checking/compare.py, 'Validity'). A token whose "
+            "keys within 2δ of each other, groups included (difftest/checking/compare/validity.py). A token whose "
             "spec selection wins by more than 4δ has no other valid set: another set there is a bug. The reproducer "
             "applies the same rule to every token whose set differs from the spec's, on the float64 keys, group scores "
             "and δ stored in its npz (`validity.*`), and names an invalid set with the scores and the margin. The "

@@ -94,8 +94,6 @@ def _rows(run_dir):
 
 def merge(run_dirs, out):
     """Merge run_dirs into out (created; must not hold a run already). Returns the merged summary."""
-    from ..running.run import summarize
-
     out = Path(out)
     if rundir.cases_file(out) is not None or (out / "summary.json").exists():
         raise ReportError(f"--out {out} holds a run directory already; merge into a new directory")
@@ -133,7 +131,7 @@ def merge(run_dirs, out):
                      "findings": len(summary.get("findings") or [])})
     out.mkdir(parents=True, exist_ok=True)
     rundir.write_lines(out, [json.dumps(r, allow_nan=False) + "\n" for r in rows])
-    merged = summarize(out)
+    merged = rundir.summarize(out)
     merged.update(_run_fields(runs, rows))
     merged["findings"] = findings
     atomic_write_text(out / "summary.json", json.dumps(merged, indent=1, sort_keys=True) + "\n")

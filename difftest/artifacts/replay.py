@@ -110,12 +110,12 @@ def another_failure(fx, impl_name, kind, failures):
     the fixture stores, the finding's own first; else "now ..., recorded ..." naming both. The op and the slice
     come from the case and the implementation's name may have changed since recording, so kind and field are
     compared. A fixture written before fixtures stored signatures is not checked (its field came from a message)."""
-    from ..running import campaign
+    from ..running.signatures import signatures
 
     stored = fx.meta.get("signatures")
     if not stored:
         return None
-    now = [(s.kind, s.field) for s in campaign.signatures(fx.case.op, impl_name, kind, failures, fx.case.config)]
+    now = [(s.kind, s.field) for s in signatures(fx.case.op, impl_name, kind, failures, fx.case.config)]
     was = [(s[2], s[3]) for s in stored]
     return None if now == was else f"now {_failure_text(now)}, recorded {_failure_text(was)}"
 

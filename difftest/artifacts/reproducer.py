@@ -3,7 +3,7 @@
 What a reproducer checks each output against comes from the spec at writing time (reference(), stored in the npz
 beside the script), so the script compares without the spec: the spec's value and an element-wise bound (0:
 bit-exact, +inf: not bounded) or an interval [low, high]. Routing ids: every token whose set differs from the spec's
-must be a valid selection by difftest's own rule (compare.py's validity functions, copied, on the float64 keys, group
+must be a valid selection by difftest's own rule (compare/validity.py's functions, copied, on the float64 keys, group
 scores and δ stored as validity.*); an invalid one is named with the groups' scores, the keys and the margin, as
 difftest names it. Routing weights are compared by id where the sets agree, within the recipe's bound;
 the trtllm-gen permutation by its layout rules at the implementation's own ids (spec/permutation.py's checker);
@@ -38,13 +38,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from spec import layouts, permutation
+from spec import bounds, layouts, permutation
 from spec.numerics import E4M3FN, E8M0, decode
 from spec.permutation import check_permutation, local_expert_ids  # in the script: copied (PERMUTATION)
 from spec.recipes import DEFAULT
 
 from ..checking import compare, impl_spec, interface
 from ..checking.check import read_only
+from ..checking.compare import validity
 from ..model import generate
 from ..model.case import CaseError
 from . import embed
@@ -70,9 +71,9 @@ def reference(case, inputs, recipe):
     else:
         used = recipe or DEFAULT
         spec = impl_spec.layer(case, inputs, used)
-        hard, _ = compare.bounds.bound_vs_recipe(spec, used)
+        hard, _ = bounds.bound_vs_recipe(spec, used)
         if recipe is None:
-            hard = hard + compare.bounds.bound_vs_ideal(spec, used)
+            hard = hard + bounds.bound_vs_ideal(spec, used)
         _, _, delta, gdelta = compare.keys64(c.routing, inputs, used)
         keep = compare.robust(spec, delta, gdelta)
         _routing_reference(compare.moe_routing(c), inputs, recipe, parts)  # for exposed ids and weights
@@ -350,10 +351,12 @@ def describe(row):
 
 STANDALONE = (compact, violations, routing_rows, permutation_rows, output_values, element_rows, number, code_text,
               describe)
-# difftest's validity rule for routing ids (difftest/checking/compare.py), copied into the script by its source
-VALIDITY = (compare.above, compare._beaten, compare.kept_group_sets, compare.mask_value, compare._margin,
-            compare._groups, compare._best_groups, compare._valid_selection, compare._masked, compare._group_reason)
-_valid_selection = compare._valid_selection  # what routing_rows calls, here as in the script
+# difftest's validity rule for routing ids (difftest/checking/compare/validity.py), copied into the script by its
+# source
+VALIDITY = (validity.above, validity._beaten, validity.kept_group_sets, validity.mask_value, validity._margin,
+            validity._groups, validity._best_groups, validity._valid_selection, validity._masked,
+            validity._group_reason)
+_valid_selection = validity._valid_selection  # what routing_rows calls, here as in the script
 PERMUTATION = (permutation.Layout, permutation._require, permutation._check_ids, permutation.local_expert_ids,
                permutation.counts, permutation.padded_counts, permutation.offsets, permutation.cta_idx_xy_to_batch_idx,
                permutation.cta_idx_xy_to_mn_limit, permutation.layout, permutation.check_permutation)

@@ -8,24 +8,18 @@ costs a fresh worker: seconds once torch and a kernel library are imported), a h
 recorded at once and not shrunk (each attempt would cost the whole timeout).
 """
 
-import hashlib
-import importlib.metadata
 import itertools
 import json
 import os
-import re
-import signal
 import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
-from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
 from ..artifacts import fixtures
@@ -33,7 +27,9 @@ from ..checking import interface
 from ..checking.check import is_tester_error, run_case
 from ..model import learn, pairs, strategies
 from ..model.case import CaseError
+from .database import CellDatabase, database, database_key
 from .isolation import IsolatedRunner, pending, settle_pending
+from .signatures import Signature, crash_field, row_fields, signature, signatures
 
 REPLAY = "replay: python -m difftest replay {path}"
 # a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
@@ -50,85 +46,12 @@ HEALTH = [
 
 
 MAX_FINDINGS_PER_CELL = 8  # distinct findings sought in one --max-examples cell before moving on
-FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class Signature(NamedTuple):
-    """What makes two failures the same finding: where (op, implementation, and the slice of the op's search:
-    routing method, quant scheme, moe quant path, trtllm_ops kernel), how (kind) and which output or exception
-    (field). A campaign that has a finding's signature keeps searching for other ones; a known failure of one
-    routing method does not hide another method's (two open trtllm-gen routing bugs share the field
-    "permutation": Llama4's and DeepSeek-V3's)."""
-
-    op: str
-    impl: str
-    kind: str  # mismatch | error | crash | hang
-    field: str  # mismatch: the failing output first in compare.OUTPUT_ORDER; error: the exception type; crash,
-    # hang: how the worker ended (crash_field)
-    slice: str  # the value of the config field the op's campaign is split by (strategies.SLICES)
-
-    def __str__(self):
-        return ", ".join(self)
-
-
-def field_of(kind, message, impl_name):
-    """The field a failure message gave before results carried their failing fields (check.Result.failures):
-    the first word after the implementation's name for a mismatch (``weights(by id)[0, 1]=...`` -> ``weights``),
-    the exception type for an error, the first word of the detail for a crash or hang. Only for records made
-    before then (fixtures without stored signatures, cases.jsonl rows without failures); a message edited by
-    hand gives any word."""
-    rest = message[len(impl_name):] if message.startswith(impl_name) else message
-    if kind == "error":
-        m = re.search(r"raised (\w+)", rest)
-        return ("comparison " if rest.startswith("comparison") else "") + (m.group(1) if m else "error")
-    if kind in ("crash", "hang"):
-        rest = rest.split(":", 1)[1] if ":" in rest else rest
-    m = FIELD_RE.search(rest)
-    return m.group(0) if m else ""
-
-
-def crash_field(outcome):
-    """The field of a crash or hang, from its isolation Outcome: the signal that ended the worker
-    (``SIGSEGV``), ``exit N``, or a CUDA context left unusable (the only crash with neither); a hang is
-    ``timeout``."""
-    if outcome.kind == "hang":
-        return "timeout"
-    if outcome.signal is not None:
-        return signal.Signals(outcome.signal).name
-    return f"exit {outcome.exit}" if outcome.exit is not None else "CUDA context"
-
-
-def slice_of(op, config):
-    """The value of the field `op`'s campaign is split by (strategies.SLICES), of a config or its dict."""
-    field = strategies.SLICES[op][0]
-    return str(config.get(field, "") if isinstance(config, dict) else getattr(config, field, ""))
-
-
-def signature(op, impl_name, kind, fields, config):
-    """The Signature of a failure whose result names `fields` (check.Result.failures, (field, check) pairs
-    in compare.OUTPUT_ORDER, or bare field names): the first one."""
-    return signatures(op, impl_name, kind, fields, config)[0]
-
-
-def signatures(op, impl_name, kind, fields, config):
-    """[Signature] of a failure, one per failing field, the finding's own first (what fixtures.write stores:
-    one bug may fail in several outputs, a zero scale and the NaN it makes)."""
-    names = list(dict.fromkeys(f if isinstance(f, str) else f[0] for f in fields)) or [""]
-    return [Signature(op, impl_name, kind, name, slice_of(op, config)) for name in names]
-
-
-def row_fields(row):
-    """The failing fields of a cases.jsonl row (or a fixture's observed record): its ``failures``; a row
-    written before rows carried them falls back to the field its message gives (field_of)."""
-    if row.get("failures"):
-        return [f[0] for f in row["failures"]]
-    return [field_of(row["kind"], row.get("message") or "", row.get("impl", ""))]
 
 
 def fixture_signatures(meta):
     """The Signatures of a fixture's case.json: those stored when it was recorded (fixtures.write), the
     finding's own first. A fixture written before signatures were stored falls back to the old derivation
-    from its observed message (field_of), which gives any word where that message was edited by hand."""
+    from its observed message (signatures.field_of), which gives any word where that message was edited by hand."""
     kind = meta.get("kind") or fixtures.kind_of(meta["observed"])
     if meta.get("signatures"):
         return [Signature(*s) for s in meta["signatures"]]
@@ -278,151 +201,6 @@ def slices(op, fixed=None):
     return [(v, configs(**fixed, **{keyword: v})) for v in values]
 
 
-def database(path=None, namespace="pytest", local=None):
-    """The example database (--db or DIFFTEST_DB; None keeps Hypothesis' profile default). A directory, shared
-    by copying or syncing it; or redis://HOST:PORT[/N], a Redis that many machines share live, multiplexed with
-    the local directory `local` (default .hypothesis/examples): every example is saved to both, a fetch reads
-    both, and the campaign goes on with the local one alone when Redis is unreachable (SharedDatabase).
-    Redis keys are namespaced difftest:<version>:<namespace>: (the implementation's name in a campaign)."""
-    path = path or os.environ.get("DIFFTEST_DB")
-    if not path:
-        return None
-    if not is_redis(path):
-        return DirectoryBasedExampleDatabase(path)
-    local = DirectoryBasedExampleDatabase(local or Path(".hypothesis") / "examples")
-    return MultiplexedDatabase(local, SharedDatabase(path, namespace))
-
-
-def is_redis(path):
-    return str(path).startswith(("redis://", "rediss://"))
-
-
-def project_version():
-    try:
-        return importlib.metadata.version("moe-difftest")
-    except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
-        return "unknown"
-
-
-def redis_prefix(namespace):
-    return f"difftest:{project_version()}:{namespace}:".encode()
-
-
-class SharedDatabase(ExampleDatabase):
-    """hypothesis.extra.redis.RedisExampleDatabase whose Redis errors (unreachable, killed, timed out) are one
-    warning line per process and URL instead of an exception: while Redis is down its part of every call is
-    skipped for REDIS_RETRY_S seconds, then tried again. The local half of the MultiplexedDatabase keeps every
-    example meanwhile; examples found then reach Redis when a later campaign saves them again."""
-
-    def __init__(self, url, namespace):
-        super().__init__()
-        from hypothesis.extra.redis import RedisExampleDatabase
-
-        self.url, self.namespace = url, namespace
-        self.db = RedisExampleDatabase(redis_client(url), key_prefix=redis_prefix(namespace),
-                                       expire_after=timedelta(days=REDIS_EXPIRE_DAYS))
-
-    def __repr__(self):
-        return f"SharedDatabase({self.url!r}, {self.namespace!r})"
-
-    def __eq__(self, other):
-        return isinstance(other, SharedDatabase) and (self.url, self.namespace) == (other.url, other.namespace)
-
-    def _call(self, f, default=None):
-        from redis.exceptions import RedisError
-
-        if time.monotonic() < _REDIS_DOWN.get(self.url, 0.0):
-            return default
-        try:
-            return f()
-        except RedisError as e:
-            redis_down(self.url, e)
-            return default
-
-    def fetch(self, key):
-        yield from self._call(lambda: list(self.db.fetch(key)), [])
-
-    def save(self, key, value):
-        self._call(lambda: self.db.save(key, value))
-
-    def delete(self, key, value):
-        self._call(lambda: self.db.delete(key, value))
-
-    def move(self, src, dest, value):
-        self._call(lambda: self.db.move(src, dest, value))
-
-
-REDIS_EXPIRE_DAYS = 8  # Hypothesis' default: a key not touched by any campaign for 8 days expires
-REDIS_RETRY_S = 30.0
-_REDIS_DOWN = {}  # url -> time.monotonic() until which Redis is not tried again
-_REDIS_WARNED = set()  # urls whose failure was reported (by this process or, for a worker, by its parent)
-_REDIS_CLIENTS = {}
-
-
-def redis_client(url):
-    """One client (connection pool) per URL and process; short timeouts, so a lost Redis costs seconds."""
-    if url not in _REDIS_CLIENTS:
-        try:
-            import redis
-        except ImportError:
-            raise ValueError(f"{url}: the redis client is not installed (pip install 'moe-difftest[redis]')") from None
-        try:
-            _REDIS_CLIENTS[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-        except ValueError as e:
-            raise ValueError(f"{url}: {e}") from None
-    return _REDIS_CLIENTS[url]
-
-
-def redis_down(url, error=None):
-    """Mark Redis down for REDIS_RETRY_S seconds; the first time, one warning line on stderr (none without an
-    error: a campaign's worker whose parent has warned already)."""
-    _REDIS_DOWN[url] = time.monotonic() + REDIS_RETRY_S
-    if error is None:
-        _REDIS_WARNED.add(url)
-    elif url not in _REDIS_WARNED:
-        _REDIS_WARNED.add(url)
-        if not _first_to_warn():
-            return
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        print(f"difftest: warning: Redis {url} unreachable ({reason}): examples go to the local database only "
-              f"(retried every {REDIS_RETRY_S:g} s)", file=sys.stderr, flush=True)
-
-
-def warn_once_per(marker):
-    """Processes that share `marker` (a path: a campaign's workers and their parent) warn once between them."""
-    global _REDIS_MARKER
-    _REDIS_MARKER = marker
-
-
-_REDIS_MARKER = None
-
-
-def first_to_claim(marker):
-    """True for the one process, of those sharing `marker` (a path), that creates it first (an exclusive create)."""
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    except OSError:  # an unwritable run directory: better twice than never
-        pass
-    return True
-
-
-def _first_to_warn():
-    return _REDIS_MARKER is None or first_to_claim(_REDIS_MARKER)
-
-
-def redis_reachable(url):
-    """Ping Redis once (warning as above when it does not answer); True if it answered."""
-    from redis.exceptions import RedisError
-
-    try:
-        return bool(redis_client(url).ping())
-    except RedisError as e:
-        redis_down(url, e)
-        return False
-
-
 def recipe_name(impl, case):
     """The name of the recipe the case is compared under, or None (ideal only, or refused). recipe(case) is asked
     only of a case the implementation runs: unsupported(case) first, as run_case does (an adapter's recipe_for may
@@ -460,38 +238,6 @@ def case_row(impl_name, case, result, recipe=None, kind=None):
         "bias": [list(p) for p in result.bias],
         "failures": [list(f) for f in result.failures],
     }
-
-
-class CellDatabase(ExampleDatabase):
-    """One cell's part of an example database: every key Hypothesis uses is prefixed with a digest of the cell's
-    database_key (through the public ExampleDatabase interface)."""
-
-    def __init__(self, db, cell_key):
-        super().__init__()
-        self.db, self.prefix = db, hashlib.sha384(cell_key).hexdigest().encode() + b":"
-
-    def __repr__(self):
-        return f"CellDatabase({self.db!r}, {self.prefix.decode()})"
-
-    def save(self, key, value):
-        self.db.save(self.prefix + key, value)
-
-    def fetch(self, key):
-        yield from self.db.fetch(self.prefix + key)
-
-    def delete(self, key, value):
-        self.db.delete(self.prefix + key, value)
-
-    def move(self, src, dest, value):
-        self.db.move(self.prefix + src, self.prefix + dest, value)
-
-
-def database_key(impl, op, impl_ref, configs, weight_seed=None):
-    """The key of a cell's part of the example database (CellDatabase): saved examples replay only in the same
-    cell and against the same fixed weights (a cell without a weight seed keeps the key it had before weight
-    seeds existed)."""
-    key = f"{impl.name}|{op}|{impl_ref}|{configs!r}"
-    return (key if weight_seed is None else f"{key}|weights {weight_seed}").encode()
 
 
 def fuzz_cell(

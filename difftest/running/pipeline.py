@@ -51,6 +51,7 @@ from ..checking import check, impl_spec, interface
 from ..model import generate, presets, strategies
 from ..model.case import CaseError
 from . import campaign
+from .signatures import signature
 
 PROVENANCE = "difftest pipeline (drawn by Hypothesis' generation, verified in a host process, not shrunk)"
 
@@ -217,7 +218,7 @@ class Pipeline:
         record(campaign.case_row(impl.name, case, result, campaign.recipe_name(impl, case), kind))
         if kind is None:
             return
-        sig = campaign.signature(case.op, impl.name, kind, result.failures, case.config)
+        sig = signature(case.op, impl.name, kind, result.failures, case.config)
         if sig in self.signatures:
             return
         self.signatures.add(sig)

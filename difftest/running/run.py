@@ -61,7 +61,7 @@ def campaign_cells(impl_refs, ops, model, filters=None):
 def _first_to_report(workers_dir, signature):
     """True for the one worker that reports this signature first: a finding two workers both meet is printed once
     (an exclusive create of a marker named by the signature; run_campaign clears the markers of an earlier run)."""
-    from .campaign import first_to_claim
+    from .database import first_to_claim
 
     try:
         workers_dir.mkdir(exist_ok=True)
@@ -81,7 +81,7 @@ def _worker(w, args, out, start, deadline, queue, stop):
     from hypothesis.errors import Unsatisfiable
 
     from ..model import pairs, presets
-    from . import campaign
+    from . import campaign, database
 
     # SIGINT is ignored (inherited from the parent across exec): Ctrl-C reaches the whole process group, and
     # the parent decides. Its SIGTERM, sent when a case outlasts the grace period, stops us mid-case.
@@ -94,7 +94,7 @@ def _worker(w, args, out, start, deadline, queue, stop):
         cells = cells[w % len(cells) :] + cells[: w % len(cells)]
         record = campaign.jsonl_recorder(out / f"cases-{w}.jsonl", start)
         db, local_db = args.db or str(out / "db"), out / "db"
-        campaign.warn_once_per(out / "difftest-workers" / "redis-warned")
+        database.warn_once_per(out / "difftest-workers" / "redis-warned")
         common = dict(record=record, fixtures_root=out / "fixtures", special=args.special, runners=runners,
                       stop=stop, weight_seed=presets.weight_seed(args.model) if args.model else None,
                       known=set(args.known_signatures),  # grows with each finding: later ones must differ
@@ -158,59 +158,15 @@ def _count_lines(paths):
     return n
 
 
-def _row(line):
-    """A case row (cases.jsonl.gz, cases-*.jsonl), or None for a line torn by a killed worker."""
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return None
-    return row if isinstance(row, dict) and {"op", "status", "message", "ratio", "case"} <= set(row) else None
-
-
-def _tokens(row):
-    config = row["case"]["config"]
-    return config.get("num_tokens", config.get("routing", {}).get("num_tokens", 1))
-
-
-def this_run(out):
-    """(cases, compared, Counter of skip reasons, compared cases with tokens) of the rows in the workers'
-    cases-*.jsonl, before the merge: this run's alone, whatever earlier runs left in cases.jsonl.gz."""
-    cases, skips, with_tokens = 0, Counter(), 0
-    for p in out.glob("cases-*.jsonl"):
-        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
-            cases += 1
-            skips.update([row["message"]] if row["status"] == "skip" else [])
-            with_tokens += row["status"] != "skip" and _tokens(row) > 0
-    return cases, cases - sum(skips.values()), skips, with_tokens
-
-
-def cell_shares(out):
-    """{"implementation op": {"drawn", "compared", "share", "empty", "declined": [[reason, n], ...3]}} over this
-    run's rows: how much of what was drawn for each implementation and op was compared, how much of that had no
-    tokens (T = 0), and why the rest was not."""
-    cells = {}
-    for p in sorted(out.glob("cases-*.jsonl")):
-        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
-            c = cells.setdefault(f"{row.get('impl', '?')} {row['op']}", {"drawn": 0, "compared": 0, "empty": 0,
-                                                                         "declined": Counter()})
-            c["drawn"] += 1
-            if row["status"] == "skip":
-                c["declined"][row["message"]] += 1
-            else:
-                c["compared"] += 1
-                c["empty"] += _tokens(row) == 0
-    return {cell: {**c, "share": round(c["compared"] / c["drawn"], 4), "declined": c["declined"].most_common(3)}
-            for cell, c in sorted(cells.items())}
-
-
 def failures_by_signature(out):
-    """Counter of campaign.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
+    """Counter of signatures.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
     steps included): the cases behind each finding, known ones too."""
-    from .campaign import row_fields, signature
+    from ..artifacts.rundir import parse_row
+    from .signatures import row_fields, signature
 
     n = Counter()
     for p in out.glob("cases-*.jsonl"):
-        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+        for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())):
             if row.get("kind"):
                 n[signature(row["op"], row.get("impl", ""), row["kind"], row_fields(row), row["case"]["config"])] += 1
     return n
@@ -219,11 +175,12 @@ def failures_by_signature(out):
 def bias_cells(out):
     """difftest/checking/bias.py over this run's rows (cases-*.jsonl, before the merge): (the cells whose errors push
     one way, [{impl, op, quant, cases, evidence, message}]; every cell's evidence, Monitor.cells_summary)."""
+    from ..artifacts.rundir import parse_row
     from ..checking.bias import Monitor
 
     monitor = Monitor()
     for p in sorted(out.glob("cases-*.jsonl")):
-        for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())):
+        for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())):
             monitor.add(row)
     return monitor.findings(), monitor.cells_summary()
 
@@ -231,10 +188,11 @@ def bias_cells(out):
 def pairwise(args, out):
     """summary.json's "pairwise": the pairs of field values that this run's compared cases (cases-*.jsonl, before
     the merge) have, among those reachable in its cells (difftest/model/pairs.py)."""
+    from ..artifacts.rundir import parse_row
     from ..model import pairs
 
     rows = (row for p in sorted(out.glob("cases-*.jsonl"))
-            for row in filter(None, map(_row, p.read_text(errors="replace").splitlines())))
+            for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())))
     return pairs.coverage(rows, campaign_cells(args.impl, args.op, args.model, args.where), args.where, args.model)
 
 
@@ -245,52 +203,6 @@ def nothing_compared(cases, skips, limit):
         more = f"; {len(skips) - 2} more reasons" if len(skips) > 2 else ""
         return f"fuzz compared no case: all {cases} cases were skipped: {top}{more}"
     return f"fuzz compared no case: none ran ({limit})"
-
-
-def summarize(out):
-    """Merge cases-*.jsonl into cases.jsonl.gz (after the rows of earlier runs into the same directory, from
-    a plain cases.jsonl too; torn lines dropped and counted) and count (format: difftest/artifacts/rundir.md). The
-    merged file replaces the old one atomically before the parts are removed: a kill in between can
-    duplicate rows, never lose them."""
-    from ..artifacts import rundir
-
-    parts = sorted(out.glob("cases-*.jsonl"))
-    lines = rundir.read_lines(out) if rundir.cases_file(out) else []
-    for p in parts:
-        lines += p.read_text(errors="replace").splitlines()
-    rows, kept, torn = [], [], 0
-    for line in filter(str.strip, lines):
-        row = _row(line)
-        if row is None:
-            torn += 1
-            continue
-        rows.append(row)
-        kept.append(line + "\n")
-    rundir.write_lines(out, kept)
-    for p in parts:
-        p.unlink()
-    counts = {k: Counter() for k in ("op", "method", "activation", "quant", "dist", "impl")}
-    status, skips = Counter(), Counter()
-    ratio_max, worst = 0.0, None
-    for r in rows:
-        status[r["status"]] += 1
-        if r["status"] == "skip":
-            skips[r["message"]] += 1
-            continue
-        for k in counts:
-            if r.get(k) is not None:
-                counts[k][f"{r['op']}:{r[k]}" if k not in ("op", "impl") else r[k]] += 1
-        if r["status"] == "pass" and r["ratio"] is not None and r["ratio"] > ratio_max:
-            ratio_max, worst = r["ratio"], r["case"]
-    return {
-        "cases": len(rows),
-        "torn_lines": torn,
-        "status": dict(status),
-        "max_ratio_passing": ratio_max,
-        "max_ratio_case": worst,
-        "by": {k: dict(sorted(v.items())) for k, v in counts.items()},
-        "skips": dict(skips.most_common()),
-    }
 
 
 def campaign_budget(args):
@@ -324,10 +236,10 @@ def fuzz(args):
         raise UsageError(f"--out {args.out} holds a run already ({', '.join(used[:3])}): give another --out, or "
                          "--resume to continue that run")
     from ..checking import interface
-    from . import campaign
+    from . import database
 
     args.db = args.db or os.environ.get("DIFFTEST_DB") or None
-    if args.db and campaign.is_redis(args.db):
+    if args.db and database.is_redis(args.db):
         _redis_url(args.db)
     else:
         free_dir(args.db, "--db")
@@ -362,12 +274,12 @@ def fuzz(args):
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")
     out = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    if args.db and campaign.is_redis(args.db):  # one warning line for the campaign, here or from one worker
+    if args.db and database.is_redis(args.db):  # one warning line for the campaign, here or from one worker
         (out / "difftest-workers").mkdir(exist_ok=True)
         marker = out / "difftest-workers" / "redis-warned"
         marker.unlink(missing_ok=True)
-        campaign.warn_once_per(marker)
-        campaign.redis_reachable(args.db)
+        database.warn_once_per(marker)
+        database.redis_reachable(args.db)
     return run_campaign(args, out)
 
 
@@ -435,10 +347,10 @@ def distinct_findings(findings, per_signature):
 
 def _redis_url(url):
     """A redis://HOST:PORT[/N] URL the client accepts, and the client installed; else a one-line error."""
-    from . import campaign
+    from . import database
 
     try:
-        campaign.redis_client(url)
+        database.redis_client(url)
     except ValueError as e:
         raise UsageError(f"--db {e}") from None
 
@@ -523,7 +435,7 @@ def _kind(path):
 def run_campaign(args, out):
     """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
     workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
-    from ..artifacts import merge, report
+    from ..artifacts import merge, report, rundir
     from ..model import pairs
     from . import campaign
     from .isolation import atomic_write_text
@@ -563,12 +475,12 @@ def run_campaign(args, out):
     for _, _, _, learned in results.values():
         for cell, lines in learned.items():
             refused[cell] = sorted(set(refused.get(cell, [])) | set(lines))
-    ran, compared, skips, with_tokens = this_run(out)
-    shares = cell_shares(out)
+    ran, compared, skips, with_tokens = rundir.this_run(out)
+    shares = rundir.cell_shares(out)
     per_signature = failures_by_signature(out)
     biased, evidence = bias_cells(out)
     pairwise_coverage = None if errors else pairwise(args, out)  # a failed worker: exit 2, no coverage to tell
-    summary = summarize(out)
+    summary = rundir.summarize(out)
     summary.update(
         {
             "seconds": round(time.monotonic() - t0, 1),

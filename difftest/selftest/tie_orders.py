@@ -3,7 +3,7 @@
 ``REVERSED_TIES`` is the torch implementation run on the experts in reverse order (groups reversed too, so every
 group stays whole) with the ids mapped back: equal keys go to the higher expert id and equal group scores to the
 higher group. It declares that rule (``tie_rule="higher_index"``), so the comparator holds it to exactly that order
-among bit-identical keys and accepts every other valid selection it makes (difftest/checking/compare.py); fixtures/R02
+among bit-identical keys and accepts every other valid selection it makes (difftest/checking/compare/); fixtures/R02
 holds a case it once rejected.
 """
 
