@@ -13,7 +13,7 @@ from .running import run
 from .usage import Parser, UsageError, finite, table
 
 SUBPROGRAMS = {"mutants": "selftest.mutants"}  # commands with their own parser: module under difftest/, loaded on use
-SET_COMMANDS = ("fuzz", "mutants")  # the commands that draw cases: --set NAME=VALUE (difftest/settings.py)
+SET_COMMANDS = ("fuzz", "mutants")  # the commands that draw cases: --set NAME=VALUE (difftest/model/settings.py)
 
 
 def cmd_impls(args):
@@ -96,7 +96,7 @@ def _apply_settings(argv):
     pre = Parser(prog="python -m difftest", add_help=False)
     pre.add_argument("--set", action="append")
     known, _ = pre.parse_known_args(argv)
-    from . import settings
+    from .model import settings
 
     settings.apply(known.set)
 

@@ -163,7 +163,7 @@ def test_a_campaign_weight_seed_reaches_every_moe_case(monkeypatch):
 
 
 def test_bad_weight_seed_setting_is_a_usage_error():
-    """Through the variable that carries the settings into workers (difftest/settings.py): exit 2, one line."""
+    """Through the variable that carries the settings into workers (difftest/model/settings.py): exit 2, one line."""
     r = subprocess.run([sys.executable, "-m", "difftest", "fuzz", "--model", "mono-moe", "--impl", "torch"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "DIFFTEST_SETTINGS": '{"weight_seed": -1}'})

@@ -21,8 +21,8 @@ import numpy as np
 
 from spec.quant import FP8_BLOCK, MX_BLOCK, NVFP4_BLOCK
 
-from ..settings import get as setting
 from .case import CaseError, quant_block
+from .settings import get as setting
 
 SQRT3 = float(np.sqrt(3.0))  # correctly rounded by IEEE 754
 

@@ -53,9 +53,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
-from ..settings import get as setting
 from . import strategies
 from .case import FIELD_DOMAINS, Case, CaseError
+from .settings import get as setting
 from .where import Constraint, WhereError, _get, _set, field_types, for_impl, merge
 
 STEER_ODDS = setting("pair_steer_odds")

@@ -26,8 +26,8 @@ from impls.flashinfer.mono_moe import SCORING as MONO_SCORING
 from spec.quant import QUANT_TABLE
 from spec.routing import METHODS
 
-from ..settings import get as setting
 from .case import SIZE_STEPS, MoEConfig, QuantConfig, RoutingConfig
+from .settings import get as setting
 from .strategies import num_tokens
 
 MODEL_HIDDEN = setting("model_hidden")

@@ -3,7 +3,7 @@
 Arrays are never drawn element by element (hypothesis.extra.numpy cannot draw bf16/fp8, and big arrays
 shrink badly): a case is a configuration + a distribution name + a seed, and difftest/model/generate.py makes the
 bits. Shrinking therefore moves toward fewer tokens, smaller sizes, the first distribution ("normal") and
-seed 0. Size limits and odds are settings (difftest/settings.py: max_tokens, max_experts, max_hidden, ...), read
+seed 0. Size limits and odds are settings (difftest/model/settings.py: max_tokens, max_experts, max_hidden, ...), read
 once, at import, so a campaign can be widened without edits (fuzz --set max_tokens=4096). Small cases are the bulk;
 the kernels' limits (expert tiers, top_k, one-expert groups, path token counts, model widths) are regimes of a draw
 in N each (docs/architecture.md, "The case space"); the expert, top_k and token regimes are drawn after what the bulk
@@ -19,7 +19,6 @@ from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
 from spec.quant import QUANT_TABLE
 from spec.recipes import HOST_QUANT_VARIANTS, QUANT_VARIANTS, SCALE_FORMULAS
 
-from ..settings import get as setting
 from .case import (
     ACTIVATIONS,
     BIAS_DTYPES,
@@ -50,6 +49,7 @@ from .case import (
     RoutingConfig,
 )
 from .generate import DISTS, WEIGHT_DISTS
+from .settings import get as setting
 
 MAX_TOKENS = setting("max_tokens")
 MAX_EXPERTS = setting("max_experts")

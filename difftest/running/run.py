@@ -251,7 +251,7 @@ def fuzz(args):
 
         if args.model not in presets.PRESETS:
             raise UsageError(f"unknown model {args.model!r}; known: {', '.join(sorted(presets.PRESETS))}")
-        presets.weight_seed(args.model)  # a bad DIFFTEST_WEIGHT_SEED: exit 2 before anything runs
+        presets.weight_seed(args.model)  # a bad weight_seed setting: exit 2 before anything runs
     args.known_signatures = set()
     if args.known is not None:  # a directory of fixtures, read before the implementations load too
         from .campaign import known_signatures

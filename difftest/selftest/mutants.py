@@ -30,9 +30,9 @@ from typing import NamedTuple
 import numpy as np
 from hypothesis import settings
 
-from .. import settings as difftest_settings
 from ..checking import bias
 from ..model import generate
+from ..model import settings as difftest_settings
 from ..model.case import OPS, Case
 from ..running import campaign
 from .catalogue import CATALOGUE, CLASSES, EQUIVALENT, MUTANTS

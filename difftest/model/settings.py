@@ -5,7 +5,7 @@ directory, if there is one; the per-run overrides in the environment variable DI
 name: value), which is how they cross into spawned workers. ``python -m difftest fuzz --set NAME=VALUE`` (and
 ``mutants``) adds to those overrides before anything that reads them is imported. The modules read their settings once,
 at import (module constants), so a run's draws depend on its settings alone. docs/settings.md is this table, rendered
-(``python -m difftest.settings``; tests/test_settings.py keeps the two equal).
+(``python -m difftest.model.settings``; tests/test_settings.py keeps the two equal).
 
 A bad name or value is a one-line usage error naming the setting and what it accepts (exit 2). The environment variables
 the settings replaced (DIFFTEST_ + the name in capitals) are refused, not ignored: a script that still sets one would
@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from .usage import UsageError
+from ..usage import UsageError
 
 try:
     import tomllib
@@ -187,7 +187,7 @@ def values():
 def get(name):
     """The value of setting ``name`` (a row of SETTINGS) in effect."""
     if name not in SETTINGS:
-        raise KeyError(f"no setting {name!r} in difftest/settings.py")  # a typo in the code, not in the input
+        raise KeyError(f"no setting {name!r} in difftest/model/settings.py")  # a typo in the code, not in the input
     value = values()[name][0]
     _read[name] = value
     return value
