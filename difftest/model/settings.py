@@ -5,7 +5,7 @@ directory, if there is one; the per-run overrides in the environment variable DI
 name: value), which is how they cross into spawned workers. ``python -m difftest fuzz --set NAME=VALUE`` (and
 ``mutants``) adds to those overrides before anything that reads them is imported. The modules read their settings once,
 at import (module constants), so a run's draws depend on its settings alone. docs/settings.md is this table, rendered
-(``python -m difftest.model.settings``; tests/test_settings.py keeps the two equal).
+(``python -m difftest.model.settings``; tests/difftest/model/test_settings.py keeps the two equal).
 
 A bad name or value is a one-line usage error naming the setting and what it accepts (exit 2). The environment variables
 the settings replaced (DIFFTEST_ + the name in capitals) are refused, not ignored: a script that still sets one would
