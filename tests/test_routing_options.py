@@ -71,11 +71,10 @@ def test_the_torch_keyword_mapping_carries_recipe_options_to_torch_keywords():
     """impls/torch_eager keeps its own names (it never imports spec/); the adapter's one mapping goes from its
     keywords to recipe options, and torch's route takes every case option by the case's name."""
     params = set(inspect.signature(torch_routing.route).parameters)
-    assert set(impl_torch.TORCH_ROUTE_KEYWORDS) <= params
+    assert params == {"logits", "bias", "method", "ids", *routing.CASE_OPTIONS, *impl_torch.TORCH_ROUTE_KEYWORDS}
     assert set(impl_torch.TORCH_ROUTE_KEYWORDS.values()) <= set(routing.RECIPE_OPTIONS)
-    assert set(routing.CASE_OPTIONS) | {"method", "ids"} <= params
-    r = DEFAULT.but(bias="bf16", routing_weights="fp16", renorm_order="scale_then_divide")
-    assert impl_torch.route_keywords(r) == {"bias_dtype": "bf16", "weights_dtype": "fp16",
+    r = DEFAULT.but(bias="bf16", routing_weights="fp16", renorm_order="scale_then_divide", group_score="max")
+    assert impl_torch.route_keywords(r) == {"bias_dtype": "bf16", "weights_dtype": "fp16", "group_score": "max",
                                             "renorm_order": "scale_then_divide", "shared_weight": "one"}
 
 

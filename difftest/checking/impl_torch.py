@@ -28,9 +28,9 @@ SCALE_LAYOUT_FLAGS = {
 
 # The recipe fields (spec.routing.RECIPE_OPTIONS) the torch implementation takes as route keywords, by its own names
 # (impls/torch_eager stays apart from spec/). Its other routing rounding points are fixed by its code and declared
-# in its recipe (sigmoid "exact", exp "rn", fp32 routing arithmetic, group_score "method").
+# in its recipe (sigmoid "exact", exp "rn", fp32 routing arithmetic).
 TORCH_ROUTE_KEYWORDS = {"bias_dtype": "bias", "weights_dtype": "routing_weights", "renorm_order": "renorm_order",
-                        "shared_weight": "shared_weight"}
+                        "group_score": "group_score", "shared_weight": "shared_weight"}
 
 
 def route_keywords(r):
