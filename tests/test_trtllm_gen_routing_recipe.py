@@ -11,7 +11,7 @@ import pytest
 from difftest.checking.compare import check_ids
 from difftest.model.case import RoutingConfig
 from spec import routing
-from spec.recipes import NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT
+from spec.recipes import DEFAULT, NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT
 
 SHAPES = ((64, 8, 4, 8), (256, 8, 4, 8))  # E, n_group, topk_group, top_k (the H200 measurement's shapes)
 
@@ -78,7 +78,7 @@ def test_grouped_recipe_reproduces_the_kernel_model(E, G, tg, k):
     x, b = draw(E)
     model = np.sort(grouped_kernel_model(x, b, G, tg, k), axis=1)
     spec = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg,
-                               bias_dtype=TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.bias)
+                               recipe=DEFAULT.but(bias=TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.bias))
     ideal = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg, ideal=True)
     differ = (model != np.sort(ideal.ids, axis=1)).any(axis=1)
     assert (model == np.sort(spec.ids, axis=1)).all(), "spec under the grouped recipe != the kernel model"
@@ -105,7 +105,7 @@ def test_grouped_kernel_ids_pass_only_under_the_grouped_recipe(E, G, tg, k):
 def test_ungrouped_path_keeps_the_bias_fp32():
     x, b = draw(384, seed=2)
     ideal = routing.deepseek_v3(x, b, top_k=8, ideal=True)
-    fp32 = routing.deepseek_v3(x, b, top_k=8, bias_dtype=TRTLLM_GEN_ROUTING.bias)
+    fp32 = routing.deepseek_v3(x, b, top_k=8, recipe=DEFAULT.but(bias=TRTLLM_GEN_ROUTING.bias))
     assert (np.sort(fp32.ids, axis=1) == np.sort(ideal.ids, axis=1)).mean() > 0.999
 
 
