@@ -178,9 +178,10 @@ def _torch_call(quant, T):
 
     hidden, logits, bias = layer_inputs(T)
     timed = Timed(torch_expert(quant))
-    r = te.RECIPE[quant]
-    routing = {**ROUTING, "bias_dtype": r["bias"], "weights_dtype": r["routing_weights"],
-               "renorm_order": r["renorm_order"]}
+    from difftest.checking.impl_torch import route_keywords
+    from spec.recipes import Recipe
+
+    routing = {**ROUTING, **route_keywords(Recipe(**te.RECIPE[quant]))}  # the adapter's map to torch's keywords
     th, tl, tb = torch.from_numpy(hidden).to(torch.bfloat16), torch.from_numpy(logits), torch.from_numpy(bias)
 
     def call():

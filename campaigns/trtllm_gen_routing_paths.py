@@ -3,9 +3,10 @@
 Hypothesis campaigns draw T <= 8192; the cooperative -> histogram switch lies near 10^5 tokens. This sweep runs
 fixed configurations at T = threshold and threshold + 1 for each switch of impls/flashinfer/trtllm_gen_routing.
 kernel_path (132 SMs), through difftest.checking.check.run_case (the same comparison as a campaign: ids, weights and the
-permutation), with the as-built recipe (DIFFTEST_TRTLLM_GEN_AS_BUILT=1) or the declared one.
+permutation), with the declared recipe or, with --as-built, the as-built one (the adapter's AS_BUILT variant).
 
-Usage: PYTHONPATH=. python campaigns/trtllm_gen_routing_paths.py OUT_DIR  ->  OUT_DIR/paths.jsonl, a line per case.
+Usage: PYTHONPATH=. python campaigns/trtllm_gen_routing_paths.py OUT_DIR [--as-built]  ->  OUT_DIR/paths.jsonl, a line
+per case.
 """
 
 import json
@@ -39,8 +40,9 @@ def configs():
             yield RoutingConfig(num_tokens=T, **base)
 
 
-def main(out):
-    impl = interface.load("flashinfer.trtllm_gen_routing")
+def main(out, as_built=False):
+    impl = interface.load("impls.flashinfer.trtllm_gen_routing:AS_BUILT" if as_built
+                          else "flashinfer.trtllm_gen_routing")
     with open(f"{out}/paths.jsonl", "w") as f:
         for i, c in enumerate(configs()):
             for dist in ("normal", "near_ties"):
@@ -55,4 +57,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--as-built" in sys.argv[2:])

@@ -78,16 +78,17 @@ def cmd_merge(args):
 
 def _timeouts(p):
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="per-case limit for implementations that may crash or hang (default "
-                        "DIFFTEST_CASE_TIMEOUT or 120); past it the case is a hang finding")
+                   help="per-case limit for implementations that may crash or hang (default: the setting "
+                        "case_timeout, 120); past it the case is a hang finding")
     p.add_argument("--first-timeout", type=float, metavar="SECONDS",
                    help="limit for the first case of each fresh worker, which may JIT-build its kernel "
-                        "(default DIFFTEST_FIRST_CASE_TIMEOUT or 900)")
+                        "(default: the setting first_case_timeout, 900)")
 
 
 def _settings(p):
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
-                   help="a setting of the case space for this run (repeatable): odds, sizes, steering, weight seed; "
+                   help="a setting for this run (repeatable): odds, sizes, steering, weight seed, timeouts, example "
+                        "database; "
                         "the table, defaults and [tool.difftest] in pyproject.toml: docs/settings.md")
 
 
@@ -137,7 +138,7 @@ def parser():
                         "matching an open one are counted, not reported; the search goes on for others")
     f.add_argument(
         "--db", help="Hypothesis example database: a directory, or redis://HOST:PORT[/N] shared by many machines "
-                     "and multiplexed with OUT/db (default DIFFTEST_DB, else OUT/db)"
+                     "and multiplexed with OUT/db (default: the setting db, else OUT/db)"
     )
     _timeouts(f)
     _settings(f)

@@ -392,12 +392,7 @@ def _route(logits, bias, routing, rsf_placement, recipe, ids):
     if recipe is None:
         r = route(logits, bias, **options, ideal=True)
     else:
-        r = route(
-            round_to(logits, recipe.logits),
-            bias,
-            **options,
-            **recipe.route_options(),
-        )
+        r = route(round_to(logits, recipe.logits), bias, **options, recipe=recipe)
     k = options["top_k"]
     if rsf_placement == "combine" and rsf is not None and r.ids.shape[1] > k:
         shared = r.weights[:, k:] / rsf

@@ -54,12 +54,28 @@ TIE_RULES = ("lower_index", "higher_index", "unspecified")
 # where they all vanish (SGLang's fused gate and its torch path). The argument: docs/semantics.md §1.5.
 SHARED_WEIGHTS = ("routed_sum_over_rsf", "one")
 # Formats of the fields without a list of their own. Logits as the caller gives them (fp64: the ideal); the bias as an
-# implementation reads it (spec/routing.py bias_dtype); routing weights as written (FlashInfer's reference paths and
-# DeepSeek-V3's Gate write them in the logits' dtype); the layer's stores (gemm1_out ... out; fp64: the ideal).
+# implementation reads it (spec/routing.py); routing weights as written (FlashInfer's reference paths and DeepSeek-V3's
+# Gate write them in the logits' dtype); the layer's stores (gemm1_out ... out; fp64: the ideal).
 LOGIT_FORMATS = ("fp64", "fp32", "bf16", "fp16")
 BIAS_FORMATS = ("fp32", "bf16")
 ROUTING_WEIGHT_FORMATS = ("fp32", "bf16", "fp16")
 STORE_FORMATS = ("fp64", "fp32", "bf16", "fp16")
+
+
+# The values each field of Recipe takes (its check at construction; spec.routing.OPTIONS reads the routing ones).
+FIELD_VALUES = {
+    "logits": LOGIT_FORMATS, "bias": BIAS_FORMATS, "sigmoid": SIGMOIDS, "exp": EXPS,
+    "routing_weights": ROUTING_WEIGHT_FORMATS, "renorm_order": RENORM_ORDERS, "group_score": GROUP_SCORES,
+    "routing_scores": ROUTING_ARITHMETIC, "routing_bias_add": ROUTING_ARITHMETIC,
+    "routing_group_scores": ROUTING_ARITHMETIC, "routing_renorm": ROUTING_ARITHMETIC,
+    "act_quant_variant": ACT_QUANT_VARIANTS, "act_scale_formula": SCALE_FORMULAS, "gemm_acc": GEMM_ACCS,
+    "gemm1_out": STORE_FORMATS, "act_compute": STORE_FORMATS, "act_out": STORE_FORMATS,
+    "requant_variant": QUANT_VARIANTS, "requant_scale_formula": REQUANT_SCALE_FORMULAS, "requant_group": REQUANT_GROUPS,
+    "gemm1_out_quant_variant": QUANT_VARIANTS, "gemm1_out_quant_scale_formula": REQUANT_SCALE_FORMULAS,
+    "mx_rule": MX_RULES, "router_weight_at": ROUTER_WEIGHT_AT, "expert_out": STORE_FORMATS,
+    "combine": STORE_FORMATS, "out": STORE_FORMATS, "subnormals": SUBNORMALS, "tie_rule": TIE_RULES,
+    "shared_weight": SHARED_WEIGHTS, "weight_quant_variant": QUANT_VARIANTS, "weight_scale_formula": SCALE_FORMULAS,
+}
 
 
 @dataclass(frozen=True)
@@ -152,24 +168,7 @@ class Recipe:
         for flag in ("requant_intermediate", "gemm1_out_quant"):
             if getattr(self, flag) not in (True, False):
                 raise ValueError(f"Recipe.{flag}={getattr(self, flag)!r} is not a bool")
-        for field, allowed in (("logits", LOGIT_FORMATS), ("bias", BIAS_FORMATS),
-                               ("routing_weights", ROUTING_WEIGHT_FORMATS), ("gemm1_out", STORE_FORMATS),
-                               ("act_compute", STORE_FORMATS), ("act_out", STORE_FORMATS),
-                               ("expert_out", STORE_FORMATS), ("combine", STORE_FORMATS), ("out", STORE_FORMATS),
-                               ("sigmoid", SIGMOIDS), ("exp", EXPS), ("renorm_order", RENORM_ORDERS),
-                               ("act_quant_variant", ACT_QUANT_VARIANTS), ("requant_variant", QUANT_VARIANTS),
-                               ("requant_group", REQUANT_GROUPS),
-                               ("act_scale_formula", SCALE_FORMULAS),
-                               ("requant_scale_formula", REQUANT_SCALE_FORMULAS), ("gemm_acc", GEMM_ACCS),
-                               ("gemm1_out_quant_variant", QUANT_VARIANTS),
-                               ("gemm1_out_quant_scale_formula", REQUANT_SCALE_FORMULAS),
-                               ("mx_rule", MX_RULES), ("router_weight_at", ROUTER_WEIGHT_AT),
-                               ("subnormals", SUBNORMALS), ("group_score", GROUP_SCORES),
-                               ("routing_scores", ROUTING_ARITHMETIC), ("routing_bias_add", ROUTING_ARITHMETIC),
-                               ("routing_group_scores", ROUTING_ARITHMETIC), ("routing_renorm", ROUTING_ARITHMETIC),
-                               ("tie_rule", TIE_RULES), ("shared_weight", SHARED_WEIGHTS),
-                               ("weight_quant_variant", QUANT_VARIANTS),
-                               ("weight_scale_formula", SCALE_FORMULAS)):
+        for field, allowed in FIELD_VALUES.items():
             if not isinstance(getattr(self, field), (str, int)) or getattr(self, field) not in allowed:
                 raise ValueError(f"Recipe.{field}={getattr(self, field)!r} is not one of {allowed}")
 
@@ -185,13 +184,6 @@ class Recipe:
 
     def but(self, **changes):
         return replace(self, **changes)
-
-    def route_options(self):
-        """The keyword options of spec.routing.route that this recipe's routing rounding points set."""
-        return dict(bias_dtype=self.bias, sigmoid=self.sigmoid, exp=self.exp, weights_dtype=self.routing_weights,
-                    renorm_order=self.renorm_order, group_score=self.group_score, scores_dtype=self.routing_scores,
-                    bias_add_dtype=self.routing_bias_add, group_scores_dtype=self.routing_group_scores,
-                    renorm_dtype=self.routing_renorm, shared_weight=self.shared_weight)
 
 
 # The ideal: float64 arithmetic, no quantization and no rounding anywhere (spec.layer.moe_layer without a recipe).

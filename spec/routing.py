@@ -4,11 +4,13 @@ Every method maps logits [T, E] (and a correction bias [E] where the method has 
 int32 ids [T, k + S], weights, and two decision margins. Semantics: docs/semantics.md §1 and
 §5.3; each method's docstring gives its formula.
 
-Precision. By default every step is float32, rounded where the kernels round: logits and bias are read
-as fp32 (the bias first rounded to bf16 with ``bias_dtype="bf16"``, SGLang before #28555 / #33591); exp
+Precision. Where the method rounds is the recipe's (``route(..., recipe=R)``, spec.recipes.Recipe: the fields
+OPTIONS lists as "recipe", read by their own names). By default (recipes.DEFAULT) every step is float32, rounded
+where the kernels round: logits and bias are read as fp32 (the bias first rounded to bf16 with a recipe's
+``bias="bf16"``, SGLang before #28555 / #33591); exp
 is the float64 exp rounded once to fp32; sums run left to right in selection order; divisions are true
 divisions. ``ideal=True`` evaluates the same formulas in float64 with no rounding after the given inputs:
-the recipe's rounding choices (``bias_dtype``, ``sigmoid``, ``weights_dtype``, ``renorm_order``) do not
+the recipe's rounding choices (``bias``, ``sigmoid``, ``routing_weights``, ``renorm_order``, ...) do not
 apply there. Sigmoid ``"exact"`` is the float64 value rounded once to fp32, hence 0 below x = -150 ln 2 ≈ -103.97;
 ``"expf"`` is 1/(1 + fl(exp(-x))) in fp32, which is 0 once exp(-x) overflows, below x ≈ -88.72 (``"torch_cpu"`` /
 ``"torch_cuda"``, torch's sigmoid, is evaluated by the same formula); ``"tanh"`` is 0.5·fl(tanh(0.5x)) + 0.5 in fp32
@@ -17,9 +19,9 @@ apply there. Sigmoid ``"exact"`` is the float64 value rounded once to fp32, henc
 fast-math ``__expf``: 2^fl(x·fl(log2 e)), the power of two of the rounded argument rounded once to fp32 (MUFU.EX2
 is within 2 ulps of that; the rounded argument moves e^x by up to 2|x|·u, which ``exp_exponents`` bounds).
 
-Routing arithmetic. ``scores_dtype`` stores σ / softmax (evaluated as above, then rounded), ``bias_add_dtype``
-s + b, ``group_scores_dtype`` a top-2 group sum, ``renorm_dtype`` each of Σw (the fp32 left-to-right sum
-rounded once, as torch's bf16 sum), Σw + eps, the divide and the rsf multiply (recipes.Recipe routing_*).
+Routing arithmetic. The recipe's ``routing_scores`` stores σ / softmax (evaluated as above, then rounded),
+``routing_bias_add`` s + b, ``routing_group_scores`` a top-2 group sum, ``routing_renorm`` each of Σw (the fp32
+left-to-right sum rounded once, as torch's bf16 sum), Σw + eps, the divide and the rsf multiply.
 All "fp32" by default, which leaves the fp32 arithmetic above unchanged; ideal ignores them.
 
 Group scores (``group_score``, recipes.GROUP_SCORES): "top2_sum" adds a group's two largest keys (a one-expert
@@ -58,22 +60,14 @@ trtllm-gen) or Σ(routed weights)/rsf (``"routed_sum_over_rsf"``: SGLang's fused
 id at random); they differ where every routed weight vanishes and without renormalization (docs/semantics.md §1.5).
 """
 
+from collections import namedtuple
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
 from spec.numerics import round_to
-from spec.recipes import (
-    BIAS_FORMATS,
-    EXPS,
-    GROUP_SCORES,
-    RENORM_ORDERS,
-    ROUTING_ARITHMETIC,
-    ROUTING_WEIGHT_FORMATS,
-    SHARED_WEIGHTS,
-    SIGMOIDS,
-)
+from spec.recipes import DEFAULT, FIELD_VALUES, Recipe
 
 KEY_CLASSES = ("raw", "softmax", "sigmoid")  # what a method ranks: the logits, a softmax over all E, σ(x) (+ bias)
 SCORES = ("raw", "softmax", "sigmoid", "softmax_of_selected")  # what its weights are made of (before normalizing)
@@ -94,28 +88,56 @@ class Routing(NamedTuple):
     group_margin: np.ndarray   # float64 [T]: same for group scores (inf if no group is rejected)
 
 
-class _Options(NamedTuple):
-    top_k: int
-    n_group: int = 1
-    topk_group: int = 1
-    routed_scaling_factor: float | None = None
-    renormalize: bool = True
-    eps: float = 0.0
-    num_fused_shared_experts: int = 0
-    group_mask_value: float = -np.inf
-    bias_dtype: str = "fp32"
-    sigmoid: str = "exact"
-    exp: str = "rn"
-    weights_dtype: str = "fp32"
-    renorm_order: str = "divide_then_scale"
-    group_score: str = "method"
-    scores_dtype: str = "fp32"
-    bias_add_dtype: str = "fp32"
-    group_scores_dtype: str = "fp32"
-    renorm_dtype: str = "fp32"
-    shared_weight: str = "one"
-    ideal: bool = False
-    ids: np.ndarray | None = None
+class Option(NamedTuple):
+    """One option of a routing call (route and the method functions), where its value comes from."""
+    default: object      # the value when not given; top_k has none (None: it must be given)
+    source: str          # OPTION_SOURCES
+    values: tuple | None  # the values it takes; None: a range, held by check_options
+
+
+# "case": a keyword, named as the difftest RoutingConfig field that holds it; "recipe": a spec.recipes.Recipe field of
+# that name, which route(..., recipe=R) reads from R (its default and values are the Recipe's: recipes.FIELD_VALUES);
+# "call": a keyword of one call only (the float64 ideal, forced ids).
+OPTION_SOURCES = ("case", "recipe", "call")
+
+
+def _from_recipe(name):
+    return Option(Recipe.__dataclass_fields__[name].default, "recipe", FIELD_VALUES[name])
+
+
+# Every option a routing call reads, in one place: difftest's RoutingConfig.route_kwargs, the case checks, the
+# recipe's rounding points and the spec's own arithmetic read their names here (tests/project/test_routing_options.py).
+OPTIONS = {
+    "top_k": Option(None, "case", None),
+    "n_group": Option(1, "case", None),
+    "topk_group": Option(1, "case", None),
+    "routed_scaling_factor": Option(None, "case", None),  # None: 1
+    "renormalize": Option(True, "case", (True, False)),
+    "eps": Option(0.0, "case", None),
+    "num_fused_shared_experts": Option(0, "case", None),
+    "group_mask_value": Option(-np.inf, "case", None),  # deepseek_v2 only; NaN never
+    "bias": _from_recipe("bias"),  # the format the correction bias is read in
+    "sigmoid": _from_recipe("sigmoid"),
+    "exp": _from_recipe("exp"),
+    "routing_weights": _from_recipe("routing_weights"),  # the weights' format as written
+    "renorm_order": _from_recipe("renorm_order"),
+    "group_score": _from_recipe("group_score"),
+    "routing_scores": _from_recipe("routing_scores"),  # σ / softmax stored in
+    "routing_bias_add": _from_recipe("routing_bias_add"),  # s + b stored in
+    "routing_group_scores": _from_recipe("routing_group_scores"),  # a top-2 group sum stored in
+    "routing_renorm": _from_recipe("routing_renorm"),  # Σw, + eps, the divide and the rsf multiply in
+    "shared_weight": _from_recipe("shared_weight"),
+    "ideal": Option(False, "call", (True, False)),
+    "ids": Option(None, "call", None),  # forced routed ids [T, top_k]
+}
+CASE_OPTIONS = tuple(name for name, row in OPTIONS.items() if row.source == "case")
+RECIPE_OPTIONS = tuple(name for name, row in OPTIONS.items() if row.source == "recipe")
+KEYWORD_OPTIONS = tuple(name for name, row in OPTIONS.items() if row.source != "recipe")
+
+
+class _Options(namedtuple("_Options", tuple(OPTIONS))):
+    """One call's options: the keywords given, the recipe's fields, the table's defaults."""
+    __slots__ = ()
 
     @property
     def dtype(self):
@@ -124,6 +146,13 @@ class _Options(NamedTuple):
     @property
     def rsf(self):
         return self.dtype(1.0 if self.routed_scaling_factor is None else self.routed_scaling_factor)
+
+
+def _options(recipe=DEFAULT, **given):
+    """_Options of keywords `given` (checked by check_options) and `recipe`'s rounding points."""
+    _require(isinstance(recipe, Recipe), f"recipe must be a spec.recipes.Recipe, got {type(recipe).__name__}")
+    return _Options(**({name: OPTIONS[name].default for name in KEYWORD_OPTIONS} | given),
+                    **{name: getattr(recipe, name) for name in RECIPE_OPTIONS})
 
 
 def _require(ok, message):
@@ -135,71 +164,68 @@ def _is_int(v):
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
-def _check_options(method, o, num_experts):
-    E, k, G, tg = num_experts, o.top_k, o.n_group, o.topk_group
-    _require(_is_int(k) and k >= 1, f"top_k must be an integer >= 1, got {k!r}")
-    _require(k <= E, f"top_k={k} > num_experts={E}")
-    _require(_is_int(G) and G >= 1, f"n_group must be an integer >= 1, got {G!r}")
-    _require(_is_int(tg) and tg >= 1, f"topk_group must be an integer >= 1, got {tg!r}")
-    _require(E % G == 0, f"num_experts={E} is not divisible by n_group={G}")
-    _require(tg <= G, f"topk_group={tg} > n_group={G}")
-    _require(METHODS[method].grouped or G == tg == 1,
-             f"{method} has no expert groups: n_group and topk_group must be 1")
-    _require(k <= tg * (E // G),
-             f"top_k={k} > topk_group*num_experts/n_group={tg * (E // G)} (experts in the kept groups)")
-    _require(method != "llama4" or k == 1, f"llama4 routes to exactly one expert: top_k={k} must be 1")
-    _require(method == "deepseek_v2" or o.group_mask_value == -np.inf,
-             f"group_mask_value applies to deepseek_v2 only; {method} masks dropped groups with -inf")
-    _require(not np.isnan(o.group_mask_value), "group_mask_value must not be NaN")
-    rsf = o.routed_scaling_factor
-    _require(rsf is None or (np.isfinite(rsf) and rsf > 0),
-             f"routed_scaling_factor must be None or finite and > 0, got {rsf!r}")
-    _require(np.isfinite(o.eps) and o.eps >= 0, f"eps must be finite and >= 0, got {o.eps!r}")
-    S = o.num_fused_shared_experts
-    _require(_is_int(S) and S >= 0, f"num_fused_shared_experts must be an integer >= 0, got {S!r}")
-    _require(o.renormalize in (True, False), f"renormalize must be a bool, got {o.renormalize!r}")
-    _require(o.ideal in (True, False), f"ideal must be a bool, got {o.ideal!r}")
-    if o.ids is not None:
-        ids = np.asarray(o.ids)
+def check_options(method, num_experts, *, biased=False, **options):
+    """Raise ValueError naming the first violated constraint of a routing call: `method` (METHODS) over
+    `num_experts` experts with the keyword `options` (OPTIONS "case" and "call" rows), `biased` whether a correction
+    bias is given. One message per constraint; difftest's case model raises them as its own (CaseError)."""
+    _require(method in METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
+    for name in options:
+        _require(name not in RECIPE_OPTIONS,
+                 f"{name} is a recipe field: route(..., recipe=R) reads it from R (spec.recipes.Recipe)")
+        _require(name in OPTIONS, f"routing option {name!r} is not one of {KEYWORD_OPTIONS}")
+    o = {name: OPTIONS[name].default for name in KEYWORD_OPTIONS} | options
+    E, k, G, tg, S = num_experts, o["top_k"], o["n_group"], o["topk_group"], o["num_fused_shared_experts"]
+    _require(_is_int(E) and E >= 1, f"num_experts={E!r} must be an integer >= 1")
+    _require(_is_int(k) and 1 <= k <= E, f"top_k={k!r} must be an integer in [1, num_experts={E}]")
+    _require(_is_int(G) and G >= 1 and E % G == 0, f"n_group={G!r} must be an integer >= 1 dividing num_experts={E}")
+    _require(_is_int(tg) and 1 <= tg <= G, f"topk_group={tg!r} must be an integer in [1, n_group={G}]")
+    _require(G == 1 or METHODS[method].grouped,
+             f"n_group={G} > 1 needs a grouped method {GROUPED_METHODS}: {method} has no expert groups")
+    _require(k <= tg * (E // G), f"top_k={k} exceeds the {tg * (E // G)} experts of topk_group={tg} groups of "
+                                 f"{E // G} (the kept groups)")
+    _require(method != "llama4" or k == 1, f"top_k={k} must be 1: llama4 routes to exactly one expert")
+    _require(not biased or METHODS[method].biased,
+             f"a correction bias needs a biased method {BIASED_METHODS}: {method} takes none")
+    for name in ("renormalize", "ideal"):
+        _require(o[name] in OPTIONS[name].values, f"{name}={o[name]!r} must be a bool")
+    rsf = o["routed_scaling_factor"]
+    _require(rsf is None or (np.isfinite(rsf) and rsf > 0), f"routed_scaling_factor={rsf!r} must be None or finite "
+                                                             "and > 0")
+    _require(np.isfinite(o["eps"]) and o["eps"] >= 0, f"eps={o['eps']!r} must be finite and >= 0")
+    _require(_is_int(S) and S >= 0, f"num_fused_shared_experts={S!r} must be an integer >= 0")
+    mask = o["group_mask_value"]
+    _require(not np.isnan(mask), "group_mask_value=nan: a dropped group's experts need a value that ranks")
+    _require(method == "deepseek_v2" or mask == -np.inf,
+             f"group_mask_value={mask} applies to deepseek_v2 only; {method} masks dropped groups with -inf")
+    if o["ids"] is not None:
+        ids = np.asarray(o["ids"])
         _require(ids.dtype.kind in "iu" and ids.ndim == 2 and ids.shape[1] == k,
-                 f"forced ids must be an integer array [T, top_k={k}], got {ids.dtype} {ids.shape}")
-        _require(ids.size == 0 or (ids.min() >= 0 and ids.max() < E), f"forced ids must lie in [0, {E})")
+                 f"ids (forced) must be an integer array [T, top_k={k}], got {ids.dtype} {ids.shape}")
+        _require(ids.size == 0 or (ids.min() >= 0 and ids.max() < E), f"ids (forced) must lie in [0, {E})")
         _require(k == 1 or not (np.diff(np.sort(ids, axis=1), axis=1) == 0).any(),
-                 "forced ids must be distinct within a token")
-    for name, value, allowed in (("bias_dtype", o.bias_dtype, BIAS_FORMATS),
-                                 ("sigmoid", o.sigmoid, SIGMOIDS),
-                                 ("exp", o.exp, EXPS),
-                                 ("weights_dtype", o.weights_dtype, ROUTING_WEIGHT_FORMATS),
-                                 ("renorm_order", o.renorm_order, RENORM_ORDERS),
-                                 ("group_score", o.group_score, GROUP_SCORES),
-                                 ("scores_dtype", o.scores_dtype, ROUTING_ARITHMETIC),
-                                 ("bias_add_dtype", o.bias_add_dtype, ROUTING_ARITHMETIC),
-                                 ("group_scores_dtype", o.group_scores_dtype, ROUTING_ARITHMETIC),
-                                 ("renorm_dtype", o.renorm_dtype, ROUTING_ARITHMETIC),
-                                 ("shared_weight", o.shared_weight, SHARED_WEIGHTS)):
-        _require(value in allowed, f"{name}={value!r} is not one of {allowed}")
+                 "ids (forced) must be distinct within a token")
 
 
 def _read(method, logits, bias, options):
     """Validate one call; return logits and bias in the working dtype (fp32; fp64 if ideal) + options."""
-    o = _Options(**options)
+    recipe = options.pop("recipe", DEFAULT)
     logits = np.asarray(logits)
     _require(logits.dtype.kind == "f", f"logits must be a floating-point array, got dtype {logits.dtype}")
     _require(logits.ndim == 2 and logits.shape[1] >= 1,
              f"logits must be 2-D [T, E] with E >= 1, got shape {logits.shape}")
     E = logits.shape[1]
-    _check_options(method, o, E)
+    check_options(method, E, biased=bias is not None, **options)
+    o = _options(recipe, **options)
     _require(o.ids is None or len(o.ids) == logits.shape[0],
-             f"forced ids have {0 if o.ids is None else len(o.ids)} rows, logits {logits.shape[0]}")
+             f"ids (forced) have {0 if o.ids is None else len(o.ids)} rows, logits {logits.shape[0]}")
     if not METHODS[method].biased:
-        _require(bias is None, f"{method} takes no correction bias")
         return logits.astype(o.dtype), None, o
     bias = np.zeros(E, o.dtype) if bias is None else np.asarray(bias)
     _require(bias.dtype.kind == "f", f"bias must be a floating-point array, got dtype {bias.dtype}")
     _require(bias.shape == (E,), f"bias must have shape [E] = ({E},), got {bias.shape}")
     bias = bias.astype(o.dtype)
     if not o.ideal:
-        bias = round_to(bias, o.bias_dtype)
+        bias = round_to(bias, o.bias)
     return logits.astype(o.dtype), bias, o
 
 
@@ -234,18 +260,18 @@ def _sigmoid(x, o):
     bounds.TORCH_CPU_SIGMOID_REL, TORCH_CUDA_SIGMOID_REL); "tanh": 0.5·t + 0.5, t = tanhf(0.5x) modelled correctly
     rounded (fp32 0.5x and 0.5t are exact), so σ = 0 exactly once t rounds to -1: x < -26·ln 2 ≈ -18.02."""
     if o.ideal or o.sigmoid == "exact":
-        return _at((1 / (1 + np.exp(-x.astype(np.float64)))).astype(o.dtype), o.scores_dtype, o)
+        return _at((1 / (1 + np.exp(-x.astype(np.float64)))).astype(o.dtype), o.routing_scores, o)
     one, half = o.dtype(1), o.dtype(0.5)
     if o.sigmoid == "tanh":
-        return _at(half * np.tanh((half * x).astype(np.float64)).astype(o.dtype) + half, o.scores_dtype, o)
-    return _at(one / (one + _exp(-x, o.dtype, o.exp)), o.scores_dtype, o)
+        return _at(half * np.tanh((half * x).astype(np.float64)).astype(o.dtype) + half, o.routing_scores, o)
+    return _at(one / (one + _exp(-x, o.dtype, o.exp)), o.routing_scores, o)
 
 
 def _softmax(x, o):
     """p = exp(x - max x) / Σ exp(x - max x) per row: difference and exp rounded, Σ left to right, true
-    division; stored in scores_dtype."""
+    division; stored in routing_scores."""
     e = _exp(x - x.max(axis=-1, keepdims=True), o.dtype, o.exp)
-    return _at(e / _sum_in_order(e)[:, None], o.scores_dtype, o)
+    return _at(e / _sum_in_order(e)[:, None], o.routing_scores, o)
 
 
 def _gather(a, ids):
@@ -278,10 +304,10 @@ def _select(keys, o, candidates=None):
 
 
 def _top2_sum(grouped, o):
-    """Group score: the two largest keys of the group added, rounded in group_scores_dtype (a one-expert group:
+    """Group score: the two largest keys of the group added, rounded in routing_group_scores (a one-expert group:
     its key); NaN ranks last."""
     top = -np.sort(-grouped, axis=-1)
-    return top[..., 0] if top.shape[-1] == 1 else _at(top[..., 0] + top[..., 1], o.group_scores_dtype, o)
+    return top[..., 0] if top.shape[-1] == 1 else _at(top[..., 0] + top[..., 1], o.routing_group_scores, o)
 
 
 def _group_max(grouped, o):
@@ -314,14 +340,14 @@ def _group_rule(method, o, biased):
 
 
 def _scale(w, o):
-    """w · rsf, rounded in renorm_dtype."""
-    return _at(w * o.rsf, o.renorm_dtype, o)
+    """w · rsf, rounded in routing_renorm."""
+    return _at(w * o.rsf, o.routing_renorm, o)
 
 
 def _renormalized(w, o):
     """w/(Σw + eps)·rsf ("divide_then_scale"), or w·rsf/(Σw + eps) ("scale_then_divide", trtllm-gen); every
-    step rounded in renorm_dtype."""
-    r = lambda v: _at(v, o.renorm_dtype, o)
+    step rounded in routing_renorm."""
+    r = lambda v: _at(v, o.routing_renorm, o)
     denominator = r(r(_sum_in_order(w)) + o.dtype(o.eps))[:, None]
     if o.renorm_order == "scale_then_divide" and not o.ideal:
         return r(r(w * o.rsf) / denominator)
@@ -330,14 +356,14 @@ def _renormalized(w, o):
 
 def _routing(ids, w, expert_margin, group_margin, num_experts, o):
     """Append S fused shared experts (ids E, E+1, ...; weight Σ routed w / rsf, or 1 with shared_weight "one"),
-    then write the weights in weights_dtype."""
+    then write the weights in routing_weights."""
     T, S = len(ids), o.num_fused_shared_experts
     each = np.ones(T, w.dtype) if o.shared_weight == "one" else _sum_in_order(w) / o.rsf
     shared = np.repeat(each[:, None], S, axis=1)
     ids = np.concatenate([ids, np.broadcast_to(num_experts + np.arange(S), (T, S))], axis=1)
     w = np.concatenate([w, shared], axis=1)
     if not o.ideal:
-        w = round_to(w, o.weights_dtype)
+        w = round_to(w, o.routing_weights)
     return Routing(ids.astype(np.int32), w, expert_margin, group_margin)
 
 
@@ -387,7 +413,7 @@ def deepseek_v3(logits, bias=None, **options):
     unbiased s). No bias: b = 0."""
     x, b, o = _read("deepseek_v3", logits, bias, options)
     s = _sigmoid(x, o)
-    c = _at(s + b, o.bias_add_dtype, o)
+    c = _at(s + b, o.routing_bias_add, o)
     kept, group_margin = _kept_groups(c, o, _group_rule("deepseek_v3", o, bias is not None))
     ids, margin = _select(np.where(kept, c, o.dtype(-np.inf)), o, kept)
     w = _renormalized(_gather(s, ids), o) if o.renormalize else _scale(_gather(s, ids), o)
@@ -443,7 +469,7 @@ def minimax2(logits, bias=None, **options):
     """s = σ(x); ids = top-k of s + b; w = s[ids]/(Σ s[ids] + eps)·rsf (weights from the unbiased s)."""
     x, b, o = _read("minimax2", logits, bias, options)
     s = _sigmoid(x, o)
-    ids, margin = _select(_at(s + b, o.bias_add_dtype, o), o)
+    ids, margin = _select(_at(s + b, o.routing_bias_add, o), o)
     return _routing(ids, _renormalized(_gather(s, ids), o), margin, _no_groups(x), x.shape[1], o)
 
 
@@ -496,18 +522,18 @@ SIGMOID_METHODS = tuple(m for m, row in METHODS.items() if row.keys == "sigmoid"
 RAW_KEY_METHODS = tuple(m for m, row in METHODS.items() if row.keys == "raw")  # select on the logits
 
 
-def route(logits, bias=None, *, method, **options):
-    """Route with the named method of ROUTING_METHODS. Options, all keyword: top_k, n_group=1, topk_group=1,
-    routed_scaling_factor=None, renormalize=True, eps=0.0, num_fused_shared_experts=0, group_mask_value=-inf,
-    bias_dtype="fp32", sigmoid="exact", exp="rn", weights_dtype="fp32", renorm_order="divide_then_scale",
-    group_score="method", scores_dtype="fp32", bias_add_dtype="fp32", group_scores_dtype="fp32",
-    renorm_dtype="fp32", shared_weight="one", ideal=False, ids=None (forced routed ids
-    [T, top_k])."""
+def route(logits, bias=None, *, method, recipe=DEFAULT, **options):
+    """Route with the named method of ROUTING_METHODS. Keyword options (OPTIONS' "case" and "call" rows): top_k,
+    n_group=1, topk_group=1, routed_scaling_factor=None, renormalize=True, eps=0.0, num_fused_shared_experts=0,
+    group_mask_value=-inf, ideal=False, ids=None (forced routed ids [T, top_k]). The rounding points are the
+    recipe's own fields (OPTIONS' "recipe" rows: bias, sigmoid, exp, routing_weights, renorm_order, group_score,
+    routing_scores, routing_bias_add, routing_group_scores, routing_renorm, shared_weight), read from `recipe`
+    (spec.recipes.Recipe; DEFAULT: fp32 routing); ideal=True ignores them."""
     _require(method in METHODS, f"method={method!r} is not one of {ROUTING_METHODS}")
-    return METHODS[method].function(logits, bias, **options)
+    return METHODS[method].function(logits, bias, recipe=recipe, **options)
 
 
-_IDEAL = _Options(top_k=1, ideal=True)
+_IDEAL = _options(top_k=1, ideal=True)
 
 
 @np.errstate(all="ignore")

@@ -1,9 +1,11 @@
-"""Hypothesis profiles, selected explicitly, and one GPU per xdist worker.
+"""Hypothesis profiles, selected explicitly, the implementations under test, and one GPU per xdist worker.
 
 Profiles: "difftest-ci" (derandomized, no deadline, small budget, print_blob), "dev" (the default off CI),
-"fuzz" (large budget, all phases). DIFFTEST_PROFILE picks one; without it CI (CI=true) gets "difftest-ci"
-and everything else "dev". Selecting ours is what keeps Hypothesis' own auto-loaded "ci" profile (no
-database, ...) out. DIFFTEST_DB names a shared example database directory (resume / share campaigns).
+"fuzz" (large budget, all phases). Hypothesis' own option ``--hypothesis-profile NAME`` picks one; without it CI
+(CI=true) gets "difftest-ci" and everything else "dev". Selecting ours is what keeps Hypothesis' own auto-loaded "ci"
+profile (no database, ...) out. The setting db (docs/settings.md: ``[tool.difftest] db`` or DIFFTEST_SETTINGS) names a
+shared example database (resume / share campaigns). ``--impl NAME`` (repeatable or comma-separated) picks the
+implementations of tests/difftest/running/test_campaign.py.
 """
 
 import os
@@ -13,7 +15,13 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, settings
 
+from difftest.model.settings import SettingsError, refuse_retired
 from difftest.running.database import database
+
+try:  # a variable retired for an option (the profile, the implementations) fails the run, not silently ignored
+    refuse_retired()
+except SettingsError as e:
+    raise pytest.UsageError(str(e)) from None
 
 HEALTH = [
     HealthCheck.too_slow,
@@ -41,8 +49,21 @@ settings.register_profile(
     database=database(),
     suppress_health_check=HEALTH,
 )
-PROFILE = os.environ.get("DIFFTEST_PROFILE") or ("difftest-ci" if os.environ.get("CI") else "dev")
+PROFILE = "difftest-ci" if os.environ.get("CI") else "dev"  # --hypothesis-profile NAME loads another, later
 settings.load_profile(PROFILE)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--impl", action="append", metavar="NAME",
+                     help="implementations for tests/difftest/running/test_campaign.py (repeatable or "
+                          "comma-separated): registry names, module:NAME or file.py:NAME references; default every "
+                          "known one")
+
+
+def selected_impls(config):
+    """The --impl references, or None (every known implementation)."""
+    chosen = [r.strip() for option in config.getoption("impl") or () for r in option.split(",") if r.strip()]
+    return chosen or None
 
 
 def _gpus():
@@ -66,7 +87,7 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    return f"hypothesis profile: {PROFILE} (DIFFTEST_PROFILE / CI)"
+    return f"hypothesis profile: {settings.get_current_profile_name()} (--hypothesis-profile / CI)"
 
 
 @pytest.fixture(scope="module")

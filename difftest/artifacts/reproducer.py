@@ -414,10 +414,15 @@ def show_lines(fx):
 
 
 def kind_of_reference(ref):
-    """("adapter", module) for a FlashInfer / SGLang adapter name, else ("reference", module:NAME or file.py:NAME)."""
+    """("adapter", module) for a FlashInfer / SGLang adapter name or an adapter's variant (``impls.<vendor>.<module>:
+    AS_BUILT``: the module's run under another recipe, which the script takes from the fixture), else ("reference",
+    module:NAME or file.py:NAME)."""
     adapters = interface.adapter_names()
     if ref in adapters:
         return "adapter", adapters[ref]
+    module, sep, _ = ref.partition(":")
+    if sep and module in adapters.values():
+        return "adapter", module
     return "reference", interface.REGISTRY.get(ref) or interface.self_test_ref(ref) or ref
 
 

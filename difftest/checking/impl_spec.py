@@ -65,14 +65,8 @@ routing_kwargs = RoutingConfig.route_kwargs
 def route(config, inputs, recipe, ids=None):
     """spec Routing of a routing config under `recipe`; `ids` forces the routed selection."""
     extra = {} if ids is None else {"ids": ids}
-    recipe = recipe or DEFAULT
-    return spec_routing.route(
-        inputs["logits"],
-        inputs.get("bias"),
-        **config.route_kwargs(),
-        **recipe.route_options(),
-        **extra,
-    )
+    return spec_routing.route(inputs["logits"], inputs.get("bias"), **config.route_kwargs(), recipe=recipe or DEFAULT,
+                              **extra)
 
 
 @refusals
@@ -120,8 +114,6 @@ def layer(case, inputs, recipe, ids=None, accumulate=None, router_weights=None):
 
     c = case.config
     routing = c.routing.route_kwargs()
-    if recipe is None:
-        routing["bias_dtype"] = c.routing.bias_dtype or "fp32"
     weights, quant = expert_weights(case, recipe)
     return moe_layer(
         inputs["hidden"],

@@ -26,6 +26,18 @@ SCALE_LAYOUT_FLAGS = {
 }
 
 
+# The recipe fields (spec.routing.RECIPE_OPTIONS) the torch implementation takes as route keywords, by its own names
+# (impls/torch_eager stays apart from spec/). Its other routing rounding points are fixed by its code and declared
+# in its recipe (sigmoid "exact", exp "rn", fp32 routing arithmetic).
+TORCH_ROUTE_KEYWORDS = {"bias_dtype": "bias", "weights_dtype": "routing_weights", "renorm_order": "renorm_order",
+                        "group_score": "group_score", "shared_weight": "shared_weight"}
+
+
+def route_keywords(r):
+    """impls.torch_eager.route's rounding keywords under recipe `r`."""
+    return {keyword: getattr(r, field) for keyword, field in TORCH_ROUTE_KEYWORDS.items()}
+
+
 def tensor(a, dtype, device):
     return torch.from_numpy(np.array(a, dtype=np.float32)).to(device=device, dtype=DTYPES[dtype])
 
@@ -83,10 +95,7 @@ def _route(case, inputs, device):
         tensor(inputs["logits"], c.logits_dtype, device),
         None if bias is None else tensor(bias, c.bias_dtype, device),
         **c.route_kwargs(),
-        bias_dtype=r.bias,
-        weights_dtype=r.routing_weights,
-        renorm_order=r.renorm_order,
-        shared_weight=r.shared_weight,
+        **route_keywords(r),
     )
     out = {"ids": numpy(ids), "weights": numpy(w)}
     if c.tile_tokens_dim is None:
@@ -124,13 +133,7 @@ def _quant(case, inputs, device):
 def _moe(case, inputs, device):
     c, r = case.config, recipe(case)
     bias = inputs.get("bias")
-    routing = {
-        **c.routing.route_kwargs(),
-        "bias_dtype": r.bias,
-        "weights_dtype": r.routing_weights,
-        "renorm_order": r.renorm_order,
-        "shared_weight": r.shared_weight,
-    }
+    routing = {**c.routing.route_kwargs(), **route_keywords(r)}
     res = te.moe_layer(
         tensor(inputs["hidden"], c.hidden_dtype, device),
         tensor(inputs["logits"], c.routing.logits_dtype, device),

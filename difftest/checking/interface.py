@@ -20,7 +20,8 @@ its capabilities name the field's capability (case.neutral_fields): a plug-in wr
 ``Impl`` below is the plain NamedTuple the built-ins use; plug-ins may use any object of that shape.
 Implementations are named by reference, so a fixture can name one it was found with:
 ``spec`` / ``torch`` (REGISTRY keys), the self-test's ``bug:K01`` / ``bug:<name>`` / ``tie_order:<name>``
-(SELF_TEST), ``package.module:NAME`` or ``path/to/file.py:NAME``.
+(SELF_TEST), ``package.module:NAME`` or ``path/to/file.py:NAME`` (NAME an implementation, or an adapter-shaped
+namespace such as ``impls.flashinfer.trtllm_gen_routing:AS_BUILT``, the adapter under another recipe).
 """
 
 import importlib
@@ -260,7 +261,10 @@ def load(ref):
             raise ImplError(f"cannot import {where}: {_one_line(e)}") from None
     if not hasattr(module, attr):
         raise ImplError(f"{where} has no attribute {attr!r}")
-    return check_protocol(getattr(module, attr), ref)
+    found = getattr(module, attr)
+    if not hasattr(found, "name") and all(hasattr(found, a) for a in impls.PROTOCOL):
+        found = from_adapter_module(found)  # an adapter's variant (impls/ builds no Impl: trtllm_gen_routing.AS_BUILT)
+    return check_protocol(found, ref)
 
 
 def names():

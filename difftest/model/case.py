@@ -16,7 +16,13 @@ from typing import NamedTuple
 from spec.numerics import FP8_BLOCK, SCALE_BLOCKS
 from spec.quant import QUANT_PATHS, QUANT_TABLE  # the quant path table: spec.quant.QUANT_TABLE
 from spec.recipes import QUANT_VARIANTS, SCALE_FORMULAS
-from spec.routing import BIASED_METHODS, GROUPED_METHODS, ROUTING_METHODS  # the method table: spec.routing.METHODS
+from spec.routing import (  # the method table (spec.routing.METHODS) and the option table (OPTIONS)
+    BIASED_METHODS,  # noqa: F401 (difftest/model/ reads the method lists here)
+    CASE_OPTIONS,
+    GROUPED_METHODS,  # noqa: F401
+    ROUTING_METHODS,
+    check_options,
+)
 
 from . import OPS  # noqa: F401 (its home is the package, so the command line names ops without numpy)
 
@@ -157,18 +163,9 @@ class RoutingConfig:
         return self.num_experts - self.local_expert_offset if self.local_num_experts is None else self.local_num_experts
 
     def route_kwargs(self):
-        """The spec/torch route keywords of this config (everything but the tensors and the recipe)."""
-        return dict(
-            method=self.method,
-            top_k=self.top_k,
-            n_group=self.n_group,
-            topk_group=self.topk_group,
-            routed_scaling_factor=self.routed_scaling_factor,
-            renormalize=self.renormalize,
-            eps=self.eps,
-            num_fused_shared_experts=self.num_fused_shared_experts,
-            group_mask_value=self.group_mask_value,
-        )
+        """The spec/torch route keywords of this config: the method and its spec.routing.CASE_OPTIONS, each a field
+        of the same name (everything but the tensors and the recipe)."""
+        return {"method": self.method, **{name: getattr(self, name) for name in CASE_OPTIONS}}
 
 
 @dataclass(frozen=True)
@@ -262,47 +259,20 @@ def _require(ok, message):
 
 
 def check_routing(c):
-    """Raise CaseError naming the first violated constraint of a RoutingConfig."""
-    _require(c.method in ROUTING_METHODS, f"routing method {c.method!r} is not one of {ROUTING_METHODS}")
+    """Raise CaseError naming the first violated constraint of a RoutingConfig: the spec's routing call
+    (spec.routing.check_options, its message), then the case's own fields."""
+    try:
+        check_options(num_experts=c.num_experts, biased=c.bias_dtype is not None, **c.route_kwargs())
+    except ValueError as e:
+        raise CaseError(str(e)) from None
     _require(c.num_tokens >= 0, f"num_tokens={c.num_tokens} must be >= 0")
-    _require(c.num_experts >= 1, f"num_experts={c.num_experts} must be >= 1")
-    _require(1 <= c.top_k <= c.num_experts, f"top_k={c.top_k} must be in [1, num_experts={c.num_experts}]")
-    _require(
-        c.n_group >= 1 and c.num_experts % c.n_group == 0,
-        f"num_experts={c.num_experts} must be a multiple of n_group={c.n_group}",
-    )
-    _require(1 <= c.topk_group <= c.n_group, f"topk_group={c.topk_group} must be in [1, n_group={c.n_group}]")
-    _require(
-        c.n_group == 1 or c.method in GROUPED_METHODS,
-        f"n_group={c.n_group} > 1 needs a grouped method {GROUPED_METHODS}, got {c.method!r}",
-    )
-    _require(
-        c.top_k <= c.topk_group * (c.num_experts // c.n_group),
-        f"top_k={c.top_k} exceeds the experts in topk_group={c.topk_group} groups "
-        f"of {c.num_experts // c.n_group}",
-    )
-    _require(c.method != "llama4" or c.top_k == 1, f"llama4 routing is top-1, got top_k={c.top_k}")
     _require(c.logits_dtype in LOGIT_DTYPES, f"logits_dtype {c.logits_dtype!r} is not one of {LOGIT_DTYPES}")
     _require(
         c.bias_dtype is None or c.bias_dtype in BIAS_DTYPES,
         f"bias_dtype {c.bias_dtype!r} is not None or one of {BIAS_DTYPES}",
     )
-    _require(
-        c.bias_dtype is None or c.method in BIASED_METHODS,
-        f"a correction bias needs a biased method {BIASED_METHODS}, got {c.method!r}",
-    )
-    rsf = c.routed_scaling_factor
-    _require(
-        rsf is None or (math.isfinite(rsf) and rsf > 0),
-        f"routed_scaling_factor={rsf} must be None or finite and > 0",
-    )
-    _require(math.isfinite(c.eps) and c.eps >= 0, f"eps={c.eps} must be finite and >= 0")
-    _require(c.num_fused_shared_experts >= 0, f"num_fused_shared_experts={c.num_fused_shared_experts} < 0")
-    _require(
-        c.group_mask_value in GROUP_MASK_VALUES, f"group_mask_value={c.group_mask_value} must be 0.0 or -inf"
-    )
-    _require(c.method == "deepseek_v2" or c.group_mask_value == -math.inf,  # the spec's own precondition
-             f"group_mask_value applies to deepseek_v2 only; {c.method} masks dropped groups with -inf")
+    _require(c.group_mask_value in GROUP_MASK_VALUES,  # the kernels' two: the spec takes any value but NaN
+             f"group_mask_value={c.group_mask_value} must be 0.0 or -inf")
     tile = c.tile_tokens_dim
     _require(
         tile is None or (isinstance(tile, int) and 1 <= tile <= MAX_TILE_TOKENS and tile & (tile - 1) == 0),

@@ -1,4 +1,5 @@
-"""The tester's settings: one table (SETTINGS), one row per knob, each read where it acts with ``get(name)``.
+"""The tester's settings: one table (SETTINGS), one row per knob, each read where it acts with ``get(name)``: the case
+space's sizes and odds, and the campaign's own knobs (timeouts, crash shrinking, the example database).
 
 A value comes from, last wins: the row's default; the ``[tool.difftest]`` table of ``pyproject.toml`` in the current
 directory, if there is one; the per-run overrides in the environment variable DIFFTEST_SETTINGS (a JSON object of
@@ -8,8 +9,9 @@ at import (module constants), so a run's draws depend on its settings alone. doc
 (``python -m difftest.model.settings``; tests/difftest/model/test_settings.py keeps the two equal).
 
 A bad name or value is a one-line usage error naming the setting and what it accepts (exit 2). The environment variables
-the settings replaced (DIFFTEST_ + the name in capitals) are refused, not ignored: a script that still sets one would
-otherwise run with the defaults unawares.
+the settings replaced (DIFFTEST_ + the name in capitals), and those that became flags or options (RETIRED), are
+refused, not ignored: a script that still sets one would otherwise run with the defaults unawares. The variables that
+remain, each because a process boundary needs one: ENVIRONMENT (docs/settings.md, "Environment variables").
 """
 
 import difflib
@@ -30,6 +32,21 @@ except ImportError:  # Python 3.10: tomli, where installed (_project() says when
 
 ENV = "DIFFTEST_SETTINGS"
 PYPROJECT = "pyproject.toml"
+# The only DIFFTEST_* variables the project reads (tests/difftest/model/test_settings.py holds the whole repository to
+# this set): the settings' carrier into spawned workers; the folder of prebuilt trtllm-gen libraries, which the
+# standalone reproducer scripts (fixtures/*/repro.py, run without this project) read too; the opt-in of an adapter whose
+# JIT build takes an hour, which the adapter itself reads (impls/ cannot read the settings: it never imports difftest).
+ENVIRONMENT = (ENV, "DIFFTEST_TRTLLM_GEN_PREBUILT", "DIFFTEST_ENABLE_CUTLASS")
+# Variables retired for a flag or an option, by the part after DIFFTEST_: what replaces each. Refused like those the
+# settings replaced (the names are written once, here, and in the CHANGELOG).
+RETIRED = {
+    "PROFILE": "the pytest option --hypothesis-profile NAME (tests/conftest.py registers difftest-ci, dev and fuzz)",
+    "IMPLS": "the pytest option --impl NAME (repeatable, or comma-separated) of tests/conftest.py",
+    "TRTLLM_GEN_AS_BUILT": "--impl impls.flashinfer.trtllm_gen_routing:AS_BUILT (or trtllm_gen_nogemm:AS_BUILT), "
+                           "the adapter declared as built",
+    "TRTLLM_GEN_ARCH": "the arch argument of impls.flashinfer._trtllm_gen_jit.routing_spec / dev_kernels_spec "
+                       "(tools/make_carry.sh prebuilds with '90a')",
+}
 
 
 class SettingsError(UsageError):
@@ -38,15 +55,19 @@ class SettingsError(UsageError):
 
 class Setting(NamedTuple):
     name: str
-    default: int | bool
+    default: int | bool | str
     where: str  # the module that reads it
     doc: str
     low: int = 1  # integers: the least accepted value
     high: int | None = None  # integers: the largest accepted value
+    flag: str = ""  # the command-line flag that overrides it for one command, if there is one
+    form: str = ""  # text: what it accepts
 
     def accepts(self):
         if isinstance(self.default, bool):
             return "true or false (1 or 0)"
+        if isinstance(self.default, str):
+            return self.form
         if self.high is not None:
             return f"an integer in [{self.low}, {self.high}]"
         return f"an integer >= {self.low}" + (" (0: never)" if self.name.endswith("_odds") and self.low == 0 else "")
@@ -54,6 +75,7 @@ class Setting(NamedTuple):
 
 S, P, G, PR = "difftest/model/strategies.py", "difftest/model/presets.py", "difftest/model/generate.py", \
     "difftest/model/pairs.py"
+C, D = "difftest/running/campaign.py", "difftest/running/database.py"
 _ROWS = (
     # The bulk of the drawn cases (strategies: routing, quant, trtllm_ops; their caps on the layer too).
     Setting("max_tokens", 40, S, "tokens of a case at most (routing, quant, trtllm_ops; the path regime goes beyond)"),
@@ -110,6 +132,15 @@ _ROWS = (
     Setting("pair_pool", 16, PR, "configurations drawn per cell to search for a pair's witness"),
     # Inputs (generate).
     Setting("weight_cache_mb", 1024, G, "MiB of generated expert weights kept for reuse", low=0),
+    # The campaign (running/): an implementation that may crash runs in a worker process (running/isolation.py).
+    Setting("case_timeout", 120, C, "seconds a case of a may_crash implementation may take; past it, a hang finding",
+            flag="--timeout SECONDS"),
+    Setting("first_case_timeout", 900, C, "seconds for the first case of each fresh worker, which may JIT-build its "
+            "kernel (minutes for a FlashInfer module on a cold cache)", flag="--first-timeout SECONDS"),
+    Setting("crash_shrink_s", 120, C, "seconds a crash finding is shrunk after its first crash (each crash costs a "
+            "fresh worker)", low=0),
+    Setting("db", "", D, "the Hypothesis example database shared by runs and hosts (fuzz: else OUT/db; pytest: else "
+            "Hypothesis' default)", flag="--db DIR", form="a directory or redis://HOST:PORT[/N]; empty: none"),
 )
 SETTINGS = {row.name: row for row in _ROWS}
 
@@ -125,7 +156,10 @@ def parse(name, value, source="--set"):
         hint = f"did you mean {near[0]}? " if near else ""
         raise SettingsError(f"{source}: unknown setting {name!r} ({hint}the settings: docs/settings.md)")
     text = str(value).strip().lower()
-    if isinstance(row.default, bool):
+    if isinstance(row.default, str):
+        if isinstance(value, str) and "\n" not in value:
+            return value.strip()
+    elif isinstance(row.default, bool):
         if isinstance(value, bool) or text in ("1", "0", "true", "false"):
             return value if isinstance(value, bool) else text in ("1", "true")
     elif not isinstance(value, (bool, float)) and text.lstrip("-").isdecimal():
@@ -135,12 +169,18 @@ def parse(name, value, source="--set"):
     raise SettingsError(f"{source}: setting {name} must be {row.accepts()}, got {value!r}")
 
 
-def _stale_variables():
+def refuse_retired():
+    """A SettingsError naming the first retired environment variable that is set (a setting's, or RETIRED's) and what
+    replaces it; nothing when none is."""
     stale = [f"DIFFTEST_{name.upper()}" for name in SETTINGS if f"DIFFTEST_{name.upper()}" in os.environ]
     if stale:
-        name = stale[0][len("DIFFTEST_"):].lower()
-        raise SettingsError(f"{stale[0]} is no longer read: use --set {name}=VALUE, [tool.difftest] {name} in "
-                            f"{PYPROJECT} or {ENV}='{{\"{name}\": VALUE}}' (docs/settings.md)")
+        row = SETTINGS[stale[0][len("DIFFTEST_"):].lower()]
+        flag = f"{row.flag} or " if row.flag else ""
+        raise SettingsError(f"{stale[0]} is no longer read: use {flag}--set {row.name}=VALUE, [tool.difftest] "
+                            f"{row.name} in {PYPROJECT} or {ENV}='{{\"{row.name}\": VALUE}}' (docs/settings.md)")
+    retired = [suffix for suffix in RETIRED if f"DIFFTEST_{suffix}" in os.environ]
+    if retired:
+        raise SettingsError(f"DIFFTEST_{retired[0]} is no longer read: use {RETIRED[retired[0]]} (docs/settings.md)")
 
 
 def overrides():
@@ -176,7 +216,7 @@ def values():
     """{name: (value, source)}: source is "default", the pyproject.toml path or DIFFTEST_SETTINGS."""
     global _values
     if _values is None:
-        _stale_variables()
+        refuse_retired()
         found = {name: (row.default, "default") for name, row in SETTINGS.items()}
         found |= {name: (v, str(Path(PYPROJECT).resolve())) for name, v in _project().items()}
         found |= {name: (v, ENV) for name, v in overrides().items()}
@@ -219,8 +259,9 @@ def markdown():
     """docs/settings.md's table."""
     lines = ["| setting | default | accepts | read by | what |", "|---|---|---|---|---|"]
     for row in _ROWS:
-        default = str(row.default).lower() if isinstance(row.default, bool) else str(row.default)
-        lines.append(f"| `{row.name}` | {default} | {row.accepts()} | {row.where} | {row.doc} |")
+        default = str(row.default).lower() if isinstance(row.default, bool) else str(row.default) or "(none)"
+        flag = f" (`{row.flag}` for one command)" if row.flag else ""
+        lines.append(f"| `{row.name}` | {default} | {row.accepts()} | {row.where} | {row.doc}{flag} |")
     return "\n".join(lines)
 
 

@@ -3,9 +3,9 @@ failure and write it as a fixture. Used by tests/difftest/running/test_campaign.
 by `python -m difftest fuzz` (worker processes, a time budget, a run directory).
 
 An implementation that declares ``may_crash`` runs in an IsolatedRunner (difftest/running/isolation.py): a crash
-is a finding of kind "crash", shrunk for at most CRASH_SHRINK_S seconds after its first crash (each crash
-costs a fresh worker: seconds once torch and a kernel library are imported), a hang one of kind "hang",
-recorded at once and not shrunk (each attempt would cost the whole timeout).
+is a finding of kind "crash", shrunk for at most CRASH_SHRINK_S seconds (the setting crash_shrink_s) after its first
+crash (each crash costs a fresh worker: seconds once torch and a kernel library are imported), a hang one of kind
+"hang", recorded at once and not shrunk (each attempt would cost the whole timeout).
 """
 
 import itertools
@@ -27,16 +27,18 @@ from ..checking import interface
 from ..checking.check import is_tester_error, run_case
 from ..model import learn, pairs, strategies
 from ..model.case import CaseError
+from ..model.settings import get as setting
 from .database import CellDatabase, database, database_key
 from .isolation import IsolatedRunner, pending, settle_pending
 from .signatures import Signature, crash_field, row_fields, signature, signatures
 
 REPLAY = "replay: python -m difftest replay {path}"
 # a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
-# JIT-build its kernel (minutes for a FlashInfer module on a cold cache)
-CASE_TIMEOUT_S = float(os.environ.get("DIFFTEST_CASE_TIMEOUT", "120"))
-FIRST_CASE_TIMEOUT_S = float(os.environ.get("DIFFTEST_FIRST_CASE_TIMEOUT", "900"))
-CRASH_SHRINK_S = float(os.environ.get("DIFFTEST_CRASH_SHRINK_S", "120"))
+# JIT-build its kernel (minutes for a FlashInfer module on a cold cache): settings (docs/settings.md), which
+# --timeout / --first-timeout override for one command
+CASE_TIMEOUT_S = float(setting("case_timeout"))
+FIRST_CASE_TIMEOUT_S = float(setting("first_case_timeout"))
+CRASH_SHRINK_S = float(setting("crash_shrink_s"))
 HEALTH = [
     HealthCheck.too_slow,
     HealthCheck.filter_too_much,

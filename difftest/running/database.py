@@ -1,4 +1,4 @@
-"""The example database a campaign saves its examples to and replays them from (--db or DIFFTEST_DB): a directory,
+"""The example database a campaign saves its examples to and replays them from (--db or the setting db): a directory,
 shared by copying or syncing it, or a Redis that many machines share live (SharedDatabase: Redis errors are one
 warning line, not an exception), multiplexed with a local directory; and each cell's own part of it (CellDatabase,
 database_key)."""
@@ -13,14 +13,22 @@ from pathlib import Path
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
 
+from ..model.settings import get as setting
+
+
+def configured(path=None):
+    """The example database asked for: `path` (--db), else the setting db (docs/settings.md: `--set db=...`,
+    ``[tool.difftest] db`` in pyproject.toml), else None."""
+    return path or setting("db") or None
+
 
 def database(path=None, namespace="pytest", local=None):
-    """The example database (--db or DIFFTEST_DB; None keeps Hypothesis' profile default). A directory, shared
+    """The example database (configured(path); None keeps Hypothesis' profile default). A directory, shared
     by copying or syncing it; or redis://HOST:PORT[/N], a Redis that many machines share live, multiplexed with
     the local directory `local` (default .hypothesis/examples): every example is saved to both, a fetch reads
     both, and the campaign goes on with the local one alone when Redis is unreachable (SharedDatabase).
     Redis keys are namespaced difftest:<version>:<namespace>: (the implementation's name in a campaign)."""
-    path = path or os.environ.get("DIFFTEST_DB")
+    path = configured(path)
     if not path:
         return None
     if not is_redis(path):

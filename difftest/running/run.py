@@ -238,7 +238,7 @@ def fuzz(args):
     from ..checking import interface
     from . import database
 
-    args.db = args.db or os.environ.get("DIFFTEST_DB") or None
+    args.db = database.configured(args.db)
     if args.db and database.is_redis(args.db):
         _redis_url(args.db)
     else:

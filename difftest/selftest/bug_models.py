@@ -12,7 +12,7 @@ import torch
 from impls.torch_eager import layer as te_layer
 from impls.torch_eager import routing as te_routing
 
-from ..checking.impl_torch import TORCH, expert_tensors, numpy, tensor
+from ..checking.impl_torch import TORCH, expert_tensors, numpy, route_keywords, tensor
 from ..model.generate import weights as generated_weights
 
 
@@ -80,8 +80,7 @@ def _one_expert_groups_run(case, inputs):
     if bias is not None:
         keys = keys + (bias.to(torch.bfloat16).float() if r.bias == "bf16" else bias)
     ids = te_routing.topk_ids(keys[:, : c.topk_group], c.top_k)  # groups 0 .. topk_group - 1, one expert each
-    ids, w = te_routing.route(logits, bias, **c.route_kwargs(), bias_dtype=r.bias, weights_dtype=r.routing_weights,
-                              renorm_order=r.renorm_order, shared_weight=r.shared_weight, ids=ids)
+    ids, w = te_routing.route(logits, bias, **c.route_kwargs(), **route_keywords(r), ids=ids)
     return {"ids": numpy(ids.to(torch.int32)), "weights": numpy(w)}
 
 
@@ -108,8 +107,7 @@ def _ue8m0_fp32_scales_run(case, inputs):
         return TORCH.run(case, inputs)
     r = TORCH.recipe(case)
     bias = inputs.get("bias")
-    routing = {**c.routing.route_kwargs(), "bias_dtype": r.bias, "weights_dtype": r.routing_weights,
-               "renorm_order": r.renorm_order, "shared_weight": r.shared_weight}
+    routing = {**c.routing.route_kwargs(), **route_keywords(r)}
     experts = expert_tensors(generated_weights(case), c.quant, "cpu", given=c.expert_weights, gated=c.gated,
                              scale_fmt="fp32")
     res = te_layer.moe_layer(tensor(inputs["hidden"], c.hidden_dtype, "cpu"),

@@ -21,7 +21,7 @@ from impls.sglang import per_token_group_quant_8bit as ptg  # noqa: E402
 from spec import layouts  # noqa: E402
 from spec import routing as sr  # noqa: E402
 from spec.quant import per_token_group_quant_fp8, ue8m0_ceil  # noqa: E402
-from spec.recipes import NAMED  # noqa: E402
+from spec.recipes import NAMED, Recipe  # noqa: E402
 
 MFG = adapter("moe_fused_gate")
 MFG_BF16 = adapter("moe_fused_gate_bf16")
@@ -33,24 +33,30 @@ SGLANG = [name.partition(".")[2] for name in impls.adapters() if name.startswith
 # ---- a CPU stand-in for sgl_kernel: the documented results, written the way the kernels write them
 
 
+# The fakes' rounding points (spec.recipes.Recipe fields, read by spec.routing.route): σ by __expf, and with bf16
+# input the bias, σ, s + b and the group sums in bf16; topk_softmax's exponentials by __expf.
+FAKE_GATE = Recipe(name="fake_moe_fused_gate", sigmoid="expf", exp="ex2")
+FAKE_GATE_BF16 = FAKE_GATE.but(bias="bf16", routing_scores="bf16", routing_bias_add="bf16", routing_group_scores="bf16")
+FAKE_TOPK_SOFTMAX = Recipe(name="fake_topk_softmax", exp="ex2")
+
+
 def _route(logits, bias, **options):
     return sr.route(logits.float().numpy(), None if bias is None else bias.float().numpy(), **options)
 
 
 def fake_moe_fused_gate(inp, bias, n_group, topk_group, topk, shared, rsf, apply_rsf, *, renorm=True):
     bf16 = inp.dtype == torch.bfloat16
-    narrow = {"bias_dtype": "bf16", "scores_dtype": "bf16", "bias_add_dtype": "bf16",
-              "group_scores_dtype": "bf16"} if bf16 else {}
+    recipe = FAKE_GATE_BF16 if bf16 else FAKE_GATE
     assert bias.dtype == inp.dtype, "the kernel's host check: input and bias should have the same dtype"
     r = _route(inp, bias, method="deepseek_v3", top_k=topk - shared, n_group=n_group, topk_group=topk_group,
                routed_scaling_factor=rsf if apply_rsf else None, renormalize=renorm, num_fused_shared_experts=shared,
-               sigmoid="expf", exp="ex2", **narrow)
+               recipe=recipe)
     return [torch.from_numpy(r.weights.astype(np.float32)), torch.from_numpy(r.ids.astype(np.int32))]
 
 
 def fake_topk_softmax(weights, ids, logits, renormalize, moe_softcapping=0.0, correction_bias=None):
     r = _route(logits, None, method="renormalize_naive" if renormalize else "default", top_k=weights.shape[1],
-               exp="ex2")
+               recipe=FAKE_TOPK_SOFTMAX)
     weights.copy_(torch.from_numpy(r.weights.astype(np.float32)))
     ids.copy_(torch.from_numpy(r.ids.astype(np.int32)))
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import impls.torch_eager as te
 from difftest.checking import compare
-from difftest.checking.impl_torch import expert_tensors
+from difftest.checking.impl_torch import TORCH_ROUTE_KEYWORDS, expert_tensors
 from difftest.model import generate as gen
 from spec import bounds, layouts
 from spec import quant as sq
@@ -113,8 +113,14 @@ def run_torch_routing(d):
 
 
 def recipe_of(d):
-    """The spec's fp32 routing as the draw configures it (spec.recipes.Recipe): both sides follow it."""
-    return Recipe(name="spec", bias=d["bias_dtype"], routing_weights=d["weights_dtype"], renorm_order=d["renorm_order"])
+    """The spec's fp32 routing as the draw configures it (spec.recipes.Recipe): both sides follow it, torch by its
+    own keywords (impl_torch.TORCH_ROUTE_KEYWORDS, the draw's), the spec by the recipe's fields."""
+    return Recipe(name="spec", **{field: d[keyword] for keyword, field in TORCH_ROUTE_KEYWORDS.items() if keyword in d})
+
+
+def spec_options(d):
+    """spec.routing.route's keywords of a draw: its options but torch's rounding keywords, and recipe_of(d)."""
+    return {**{k: v for k, v in options(d).items() if k not in TORCH_ROUTE_KEYWORDS}, "recipe": recipe_of(d)}
 
 
 def keys_and_delta(d):
@@ -206,7 +212,7 @@ def compare_weights(d, spec, ids, w):
     routed = ids[:, :k].astype(np.int64)
     _, _, _, gdelta = keys_and_delta(d)
     robust_groups = spec.group_margin > 2 * gdelta
-    want = sr.route(d["logits"], d["bias"], **{**options(d), "ids": routed}).weights
+    want = sr.route(d["logits"], d["bias"], **{**spec_options(d), "ids": routed}).weights
     assert want.shape == w.shape, (want.shape, w.shape)
     excluded = np.zeros(len(w), bool)
     if d["method"] == "deepseek_v2" and d["n_group"] > 1:
@@ -214,7 +220,7 @@ def compare_weights(d, spec, ids, w):
         # may keep another near-tied group: the formula at ids in groups torch kept is p[ids] (one group gives
         # it). With group_mask_value 0 torch may also pick ids of a group it masked (q = 0 ties once the kept
         # groups' scores underflow), weighing 0 where p[ids] may not: which groups were kept is then unknown.
-        free = sr.route(d["logits"], d["bias"], **{**options(d), "n_group": 1, "topk_group": 1, "ids": routed})
+        free = sr.route(d["logits"], d["bias"], **{**spec_options(d), "n_group": 1, "topk_group": 1, "ids": routed})
         want = np.where(robust_groups[:, None], want, free.weights)
         excluded = ~robust_groups & (d["group_mask_value"] == 0) & (w[:, :k] == 0).any(axis=1)
         if excluded.any():
@@ -231,7 +237,7 @@ def compare_weights(d, spec, ids, w):
 @settings(max_examples=60)
 @given(d=routing_draws())
 def test_route(d):
-    spec = sr.route(d["logits"], d["bias"], **options(d))
+    spec = sr.route(d["logits"], d["bias"], **spec_options(d))
     ids, w = run_torch_routing(d)
     T, k, S = d["logits"].shape[0], d["top_k"], d["num_fused_shared_experts"]
     assert ids.dtype == np.int32 and w.dtype == np.float32, (ids.dtype, w.dtype)
@@ -254,10 +260,10 @@ UNDERFLOWING = [  # scores far below fp32's subnormals: the old relative-only bo
 
 @pytest.mark.parametrize("d", UNDERFLOWING, ids=lambda d: d["method"])
 def test_weight_bound_stays_finite_and_tight_where_scores_underflow(d):
-    spec = sr.route(d["logits"], d["bias"], **options(d))
+    spec = sr.route(d["logits"], d["bias"], **spec_options(d))
     ids, w = run_torch_routing(d)
     routed = ids[:, :d["top_k"]].astype(np.int64)
-    want = sr.route(d["logits"], d["bias"], **{**options(d), "ids": routed}).weights
+    want = sr.route(d["logits"], d["bias"], **{**spec_options(d), "ids": routed}).weights
     bound, degenerate = weight_bound(d, want, routed, np.ones(len(w), bool))
     assert np.isfinite(bound).all() and not degenerate.any(), bound
     compare_weights(d, spec, ids, w)
@@ -538,7 +544,7 @@ def test_moe_layer(c):
         weights_dtype=recipe.routing_weights,
         renorm_order=recipe.renorm_order,
     )
-    check_ids(d, sr.route(logits, bias, **options(d)), ids)
+    check_ids(d, sr.route(logits, bias, **spec_options(d)), ids)
     try:
         spec = moe_layer(
             hidden, logits, bias, weights, routing=routing, recipe=recipe, ids=ids[:, : c["k"]], **layer_kw
@@ -561,10 +567,10 @@ def test_shared_expert_weight_convention_torch_equals_spec(rule):
     for logits in (np.linspace(-3, 2, 6 * 16, dtype=np.float32).reshape(6, 16),
                    np.full((6, 16), -200, np.float32)):
         kw = dict(method="deepseek_v3", top_k=4, n_group=4, topk_group=2, routed_scaling_factor=2.5, eps=1e-20,
-                  num_fused_shared_experts=2, shared_weight=rule)
+                  num_fused_shared_experts=2)
         bias = np.zeros(16, np.float32)
-        want = route(logits, bias, **kw).weights
-        ids, got = te.route(torch.from_numpy(logits), torch.from_numpy(bias), **kw)
+        want = route(logits, bias, **kw, recipe=Recipe(name="shared", shared_weight=rule)).weights
+        ids, got = te.route(torch.from_numpy(logits), torch.from_numpy(bias), **kw, shared_weight=rule)
         np.testing.assert_array_equal(got.numpy(), want)
         if logits[0, 0] == -200:
             assert (want[:, -2:] == (1.0 if rule == "one" else 0.0)).all()

@@ -2,6 +2,8 @@
 which explains the H200's grouped disagreements with float64; the ungrouped kernels keep it fp32.
 docs/trtllm_gen_routing.md §3."""
 
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from difftest.checking.compare import check_ids
 from difftest.model.case import RoutingConfig
 from spec import routing
-from spec.recipes import NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT
+from spec.recipes import DEFAULT, NAMED, TRTLLM_GEN_ROUTING, TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT
 
 SHAPES = ((64, 8, 4, 8), (256, 8, 4, 8))  # E, n_group, topk_group, top_k (the H200 measurement's shapes)
 
@@ -35,18 +37,40 @@ def draw(E, T=2048, seed=0):
     return rng.standard_normal((T, E)).astype(np.float32), (0.1 * rng.standard_normal(E)).astype(np.float32)
 
 
-def test_trtllm_gen_routing_recipe_selector(monkeypatch):
-    from impls.flashinfer.trtllm_gen_routing import AS_BUILT_ENV, recipe_for
+def test_trtllm_gen_routing_recipe_selector():
+    from impls.flashinfer.trtllm_gen_routing import AS_BUILT, recipe_for
 
-    def name(method, n_group):
+    def name(method, n_group, recipe_for=recipe_for):
         return recipe_for(RoutingConfig(method, 1, 64, 2, n_group, 1))
 
     assert name("deepseek_v3", 8) == TRTLLM_GEN_ROUTING.name  # declared: the FP32 bias
-    monkeypatch.setenv(AS_BUILT_ENV, "1")
-    assert name("deepseek_v3", 8) == TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name
-    assert name("deepseek_v3", 1) == name("renormalize", 1) == TRTLLM_GEN_ROUTING.name
+    assert name("deepseek_v3", 8, AS_BUILT.recipe_for) == TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name
+    assert name("deepseek_v3", 1, AS_BUILT.recipe_for) == name("renormalize", 1, AS_BUILT.recipe_for) == \
+        TRTLLM_GEN_ROUTING.name
     assert NAMED[TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.name].bias == "bf16"
     assert NAMED[TRTLLM_GEN_ROUTING.name].bias == "fp32"
+
+
+@pytest.mark.parametrize("module", ["trtllm_gen_routing", "trtllm_gen_nogemm"])
+def test_as_built_is_the_adapter_under_its_own_name_and_the_as_built_recipe(module):
+    """``--impl impls.flashinfer.<module>:AS_BUILT`` (it replaced an environment variable that changed what the
+    adapter declared): the same kernel call and space, another name (one run can fuzz both), the grouped as-built
+    recipe where the adapter declares the FP32 bias; its reproducer embeds the adapter module itself."""
+    from difftest.artifacts.reproducer import kind_of_reference
+    from difftest.checking import interface
+    from difftest.model.case import Case, MoEConfig
+
+    ref = f"impls.flashinfer.{module}:AS_BUILT"
+    variant, adapter = interface.load(ref), interface.load(f"flashinfer.{module}")
+    assert variant.name == f"{adapter.name}_as_built" and variant.space == adapter.space
+    grouped = RoutingConfig("deepseek_v3", 2, 64, 2, 8, 1, bias_dtype="fp32")
+    config = grouped if module == "trtllm_gen_routing" else MoEConfig(grouped, 128, 128, quant="fp8_block")
+    case = Case(variant.ops[0], config, "normal", 0)
+    assert (adapter.recipe(case).bias, variant.recipe(case).bias) == ("fp32", "bf16")
+    assert variant.recipe(case).name == adapter.recipe(case).name + "_grouped_as_built"
+    assert kind_of_reference(ref) == ("adapter", f"impls.flashinfer.{module}")
+    source = importlib.import_module(f"impls.flashinfer.{module}")
+    assert source.AS_BUILT.run is source.run and source.AS_BUILT.unsupported is source.unsupported
 
 
 @pytest.mark.parametrize("E,G,tg,k", SHAPES)
@@ -54,7 +78,7 @@ def test_grouped_recipe_reproduces_the_kernel_model(E, G, tg, k):
     x, b = draw(E)
     model = np.sort(grouped_kernel_model(x, b, G, tg, k), axis=1)
     spec = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg,
-                               bias_dtype=TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.bias)
+                               recipe=DEFAULT.but(bias=TRTLLM_GEN_ROUTING_GROUPED_AS_BUILT.bias))
     ideal = routing.deepseek_v3(x, b, top_k=k, n_group=G, topk_group=tg, ideal=True)
     differ = (model != np.sort(ideal.ids, axis=1)).any(axis=1)
     assert (model == np.sort(spec.ids, axis=1)).all(), "spec under the grouped recipe != the kernel model"
@@ -81,7 +105,7 @@ def test_grouped_kernel_ids_pass_only_under_the_grouped_recipe(E, G, tg, k):
 def test_ungrouped_path_keeps_the_bias_fp32():
     x, b = draw(384, seed=2)
     ideal = routing.deepseek_v3(x, b, top_k=8, ideal=True)
-    fp32 = routing.deepseek_v3(x, b, top_k=8, bias_dtype=TRTLLM_GEN_ROUTING.bias)
+    fp32 = routing.deepseek_v3(x, b, top_k=8, recipe=DEFAULT.but(bias=TRTLLM_GEN_ROUTING.bias))
     assert (np.sort(fp32.ids, axis=1) == np.sort(ideal.ids, axis=1)).mean() > 0.999
 
 

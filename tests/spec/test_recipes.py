@@ -45,8 +45,8 @@ def test_routing_weight_formats_are_all_routable(fmt):
 
     from spec.routing import route
 
-    r = route(np.array([[0.0, 1.0]], np.float32), method="sigmoid", top_k=1, **Recipe(name="x", routing_weights=fmt)
-              .route_options())
+    r = route(np.array([[0.0, 1.0]], np.float32), method="sigmoid", top_k=1,
+              recipe=Recipe(name="x", routing_weights=fmt))
     assert r.weights.dtype == np.float32
 
 

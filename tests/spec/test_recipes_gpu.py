@@ -9,11 +9,12 @@ from spec.quant import quant_448_div_amax
 from spec.recipes import FUSED_TOPK_DEEPSEEK, MONO_MOE, Recipe
 from spec.routing import route
 
+TANH = Recipe(name="tanh_sigmoid", sigmoid="tanh")
 
 def test_tanh_sigmoid_is_half_tanh_half_and_zero_below_minus_18():
     x = np.array([[0.0, 2.0, -18.0, -18.1]], np.float32)
-    s = route(x, None, method="sigmoid", top_k=4, sigmoid="tanh").weights[0]
-    by_id = dict(zip(route(x, None, method="sigmoid", top_k=4, sigmoid="tanh").ids[0], s, strict=True))
+    s = route(x, None, method="sigmoid", top_k=4, recipe=TANH).weights[0]
+    by_id = dict(zip(route(x, None, method="sigmoid", top_k=4, recipe=TANH).ids[0], s, strict=True))
     assert by_id[0] == 0.5
     assert by_id[1] == np.float32(0.5) * np.float32(np.tanh(1.0)) + np.float32(0.5)
     assert by_id[2] == 2.0**-25, "tanh(-9) rounds to -1 + 2^-24: s = 2^-25"

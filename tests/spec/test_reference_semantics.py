@@ -32,6 +32,7 @@ def logit(p):
 # Issue 19's example: σ = [0.700, 0.814 | 0.495, 0.894], one group kept, k = 1.
 SIGMA = [[0.700, 0.814, 0.495, 0.894]]
 GROUPED = dict(method="deepseek_v3", top_k=1, n_group=2, topk_group=1)
+rounded = recipes.DEFAULT.but  # the spec's fp32 routing but for the named rounding points (route(..., recipe=R))
 
 
 def test_top2_sum_is_flashinfers_rule_with_or_without_bias():
@@ -39,20 +40,20 @@ def test_top2_sum_is_flashinfers_rule_with_or_without_bias():
     topExpGroupScores[1]; the API requires a bias tensor) and trtllm-gen routingMainKernel (biasVal = 0 without
     mPtrRoutingBias): group 0 scores 0.700 + 0.814 = 1.514 > 0.495 + 0.894 = 1.389, so expert 1."""
     assert route(logit(SIGMA), **GROUPED).ids[0, 0] == 1
-    assert route(logit(SIGMA), **GROUPED, group_score="top2_sum").ids[0, 0] == 1
+    assert route(logit(SIGMA), **GROUPED, recipe=rounded(group_score="top2_sum")).ids[0, 0] == 1
 
 
 def test_deepseek_gate_without_bias_ranks_groups_by_max():
     """DeepSeek-V3 Gate.forward: `if self.bias is None: group_scores = scores.amax(dim=-1)`; vLLM grouped_topk:
     `.max(dim=-1).values` without e_score_correction_bias: group 1 scores 0.894 > 0.814, so expert 3."""
-    assert route(logit(SIGMA), **GROUPED, group_score="top2_sum_if_biased").ids[0, 0] == 3
-    assert route(logit(SIGMA), **GROUPED, group_score="max").ids[0, 0] == 3
+    assert route(logit(SIGMA), **GROUPED, recipe=rounded(group_score="top2_sum_if_biased")).ids[0, 0] == 3
+    assert route(logit(SIGMA), **GROUPED, recipe=rounded(group_score="max")).ids[0, 0] == 3
 
 
 def test_deepseek_gate_with_bias_ranks_groups_by_top2_sum():
     """Gate.forward: `group_scores = scores.topk(2, dim=-1)[0].sum(dim=-1)` once `scores = scores + self.bias`;
     with a zero bias the sums are 1.514 and 1.389: expert 1 again."""
-    r = route(logit(SIGMA), np.zeros(4, np.float32), **GROUPED, group_score="top2_sum_if_biased")
+    r = route(logit(SIGMA), np.zeros(4, np.float32), **GROUPED, recipe=rounded(group_score="top2_sum_if_biased"))
     assert r.ids[0, 0] == 1
 
 
@@ -62,7 +63,7 @@ def test_deepseek_v2_defaults_to_sglang_group_max():
     x = np.array([[0.0, 1.0, 0.9, 0.95]], np.float32)
     options = dict(method="deepseek_v2", top_k=1, n_group=2, topk_group=1)
     assert route(x, **options).ids[0, 0] == 1
-    assert route(x, **options, group_score="top2_sum").ids[0, 0] == 3
+    assert route(x, **options, recipe=rounded(group_score="top2_sum")).ids[0, 0] == 3
 
 
 def test_named_recipes_state_their_group_rule():
@@ -113,7 +114,7 @@ def test_bf16_scores_and_renormalization_round_where_the_torch_paths_do():
     σ(0) = 0.5; the sum 1.12109375 is a bf16 tie → 1.125 (even); 0.62109375/1.125 = 0.55208 → 0.55078125;
     × 2.5 = 1.37695 → 1.375."""
     r = route(np.array([[0.5, 0.0]], np.float32), method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5,
-              scores_dtype="bf16", renorm_dtype="bf16")
+              recipe=rounded(routing_scores="bf16", routing_renorm="bf16"))
     assert r.weights[0, 0] == np.float32(1.375)
     fp32 = route(np.array([[0.5, 0.0]], np.float32), method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5)
     assert abs(fp32.weights[0, 0] - 1.386374) < 1e-5  # the fp32 spec: 0.622459/1.122459 × 2.5
@@ -124,9 +125,10 @@ def test_bias_add_promotes_to_fp32():
     fp32 (bf16 + fp32 → fp32), so a bias difference of 2^-20 still orders two equal bf16 σ."""
     x = np.array([[1.0, 1.0]], np.float32)
     b = np.array([0.0, 2.0**-20], np.float32)
-    r = route(x, b, method="deepseek_v3", top_k=1, scores_dtype="bf16")
+    bf16_scores = rounded(routing_scores="bf16")
+    r = route(x, b, method="deepseek_v3", top_k=1, recipe=bf16_scores)
     assert r.ids[0, 0] == 1
-    assert route(x, b, method="deepseek_v3", top_k=1, scores_dtype="bf16", bias_add_dtype="bf16").ids[0, 0] == 0
+    assert route(x, b, method="deepseek_v3", top_k=1, recipe=bf16_scores.but(routing_bias_add="bf16")).ids[0, 0] == 0
 
 
 # ---- 4. open choices, decided
@@ -394,7 +396,7 @@ def test_fp16_routing_weights_are_written_in_fp16():
     from impls.torch_eager import route as te_route
 
     x = np.array([[0.3, -1.2, 2.0, 0.7]], np.float32)
-    r = route(x, method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5, weights_dtype="fp16")
+    r = route(x, method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5, recipe=rounded(routing_weights="fp16"))
     np.testing.assert_array_equal(r.weights, r.weights.astype(np.float16).astype(np.float32))
     ids, w = te_route(torch.from_numpy(x), method="sigmoid_renorm", top_k=2, routed_scaling_factor=2.5,
                       weights_dtype="fp16")
@@ -422,11 +424,12 @@ def test_shared_expert_weighs_one_by_default_where_routed_weights_vanish():
               num_fused_shared_experts=1)
     assert recipes.DEFAULT.shared_weight == recipes.Recipe(name="x").shared_weight == "one"
     assert route(dead, np.zeros(8, np.float32), **kw).weights.tolist() == [[0.0, 0.0, 1.0]]
-    summed = route(dead, np.zeros(8, np.float32), **kw, shared_weight="routed_sum_over_rsf")
+    summed = route(dead, np.zeros(8, np.float32), **kw, recipe=rounded(shared_weight="routed_sum_over_rsf"))
     assert summed.weights.tolist() == [[0.0, 0.0, 0.0]]
     live = np.linspace(-1, 1, 8, dtype=np.float32)[None]
     for rule in ("one", "routed_sum_over_rsf"):
-        assert route(live, np.zeros(8, np.float32), **kw, shared_weight=rule).weights[0, 2] == np.float32(1.0)
+        r = route(live, np.zeros(8, np.float32), **kw, recipe=rounded(shared_weight=rule))
+        assert r.weights[0, 2] == np.float32(1.0)
     for r in (recipes.SGLANG_MOE_FUSED_GATE, recipes.SGLANG_BIASED_GROUPED_TOPK, recipes.SGLANG_TRITON_FP8_BLOCK):
         assert r.shared_weight == "routed_sum_over_rsf", r.name
     assert recipes.TRTLLM_GEN_ROUTING.shared_weight == recipes.DEEPSEEK_V3_GATE.shared_weight == "one"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from spec import routing
+from spec.recipes import DEFAULT
 from spec.routing import ROUTING_METHODS, expert_parallel_ids, route
 
 U32 = 2.0**-24  # fp32 unit roundoff
@@ -235,7 +236,7 @@ def test_bf16_bias_changes_the_selection():
     assert float(np.float32(1.0035).astype(ml_dtypes.bfloat16)) == 1.0
     x, b = token(0.01, 0.0), vec(1.0, 1.0035)
     fp32 = routing.deepseek_v3(x, b, top_k=1)
-    bf16 = routing.deepseek_v3(x, b, top_k=1, bias_dtype="bf16")
+    bf16 = routing.deepseek_v3(x, b, top_k=1, recipe=DEFAULT.but(bias="bf16"))
     assert (fp32.ids.tolist(), bf16.ids.tolist()) == ([[1]], [[0]])
     np.testing.assert_allclose(fp32.expert_margin, [0.0035 - (float(sigmoid32(0.01)) - 0.5)], atol=1e-6)
     np.testing.assert_array_equal(fp32.weights, bf16.weights)  # weights come from the unbiased s
@@ -244,7 +245,7 @@ def test_bf16_bias_changes_the_selection():
 def test_weights_dtype_bf16_rounds_the_final_weights():
     kw = dict(top_k=2, n_group=4, topk_group=2, routed_scaling_factor=2.5, num_fused_shared_experts=1)
     fp32 = routing.deepseek_v3(DSV3_X, DSV3_B, **kw)
-    bf16 = routing.deepseek_v3(DSV3_X, DSV3_B, weights_dtype="bf16", **kw)
+    bf16 = routing.deepseek_v3(DSV3_X, DSV3_B, recipe=DEFAULT.but(routing_weights="bf16"), **kw)
     expected = fp32.weights.astype(ml_dtypes.bfloat16).astype(np.float32)
     np.testing.assert_array_equal(bf16.weights, expected)
     assert not np.array_equal(bf16.weights, fp32.weights)
@@ -255,7 +256,8 @@ def test_renorm_orders_are_the_two_fp32_formulas():
     x = np.linspace(-3, 3, 64 * 16, dtype=np.float32).reshape(64, 16)[:, ::-1] * np.float32(0.37)
     rsf = np.float32(2.5)
     a = routing.sigmoid_renorm(x, top_k=8, routed_scaling_factor=2.5)
-    b = routing.sigmoid_renorm(x, top_k=8, routed_scaling_factor=2.5, renorm_order="scale_then_divide")
+    b = routing.sigmoid_renorm(x, top_k=8, routed_scaling_factor=2.5,
+                               recipe=DEFAULT.but(renorm_order="scale_then_divide"))
     np.testing.assert_array_equal(a.ids, b.ids)
     s = np.take_along_axis(sigmoid32(x), a.ids, axis=1)
     total = np.zeros(64, np.float32)
@@ -269,9 +271,9 @@ def test_renorm_orders_are_the_two_fp32_formulas():
 @pytest.mark.parametrize("how, alive, dead", [("expf", -88.72, -88.73), ("exact", -103.9, -104.0)])
 def test_sigmoid_underflow_points(how, alive, dead):
     # expf: fl32(exp(88.73)) overflows to inf → σ = 0; exact: e^-104 < 2^-150 rounds to 0, e^-103.9 to 2^-149
-    r = routing.sigmoid(token(alive, dead), top_k=2, sigmoid=how)
+    r = routing.sigmoid(token(alive, dead), top_k=2, recipe=DEFAULT.but(sigmoid=how))
     assert r.weights[0, 0] > 0 and r.weights[0, 1] == 0
-    assert routing.sigmoid(token(alive, dead), top_k=2, sigmoid=how, ideal=True).weights.min() > 0
+    assert routing.sigmoid(token(alive, dead), top_k=2, recipe=DEFAULT.but(sigmoid=how), ideal=True).weights.min() > 0
 
 
 @pytest.mark.parametrize("method", ["deepseek_v3", "minimax2", "sigmoid_renorm"])
@@ -280,7 +282,7 @@ def test_underflowed_sigmoids_make_eps_decide(method, how, x):
     # every σ is 0: 0/(0 + 0) = NaN, 0/(0 + 1e-20) = 0; the float64 ideal (σ = e^x > 0) normalizes with eps 0
     logits = np.full((1, 8), x, np.float32)
     bias = np.zeros(8, np.float32) if method in BIASED else None
-    kw = dict(method=method, top_k=4, sigmoid=how, routed_scaling_factor=2.0)
+    kw = dict(method=method, top_k=4, recipe=DEFAULT.but(sigmoid=how), routed_scaling_factor=2.0)
     assert np.isnan(route(logits, bias, eps=0.0, **kw).weights).all()
     np.testing.assert_array_equal(route(logits, bias, eps=1e-20, **kw).weights, np.zeros((1, 4)))
     np.testing.assert_allclose(route(logits, bias, ideal=True, **kw).weights, [[0.5] * 4], rtol=1e-12)
@@ -369,7 +371,7 @@ def test_softmax_row_with_nan_or_inf_is_nan(bad):
 @pytest.mark.parametrize("method", ROUTING_METHODS)
 def test_special_values_raise_no_warnings(method):
     x = token(np.nan, np.inf, -np.inf, -200.0, 200.0, 0.0, -1e30, 1e30)
-    assert small_call(method, x, sigmoid="expf").ids.shape == (1, 1 if method == "llama4" else 2)
+    assert small_call(method, x, recipe=DEFAULT.but(sigmoid="expf")).ids.shape == (1, 1 if method == "llama4" else 2)
 
 
 @pytest.mark.parametrize("method", ROUTING_METHODS)
@@ -393,7 +395,8 @@ def test_fused_shared_experts():
     r = routing.default(x, top_k=2, num_fused_shared_experts=1)
     np.testing.assert_array_equal(r.ids, [[3, 2, 4]])
     np.testing.assert_allclose(r.weights, [[0.4, 0.3, 1.0]], rtol=HAND_RTOL)
-    r = routing.default(x, top_k=2, num_fused_shared_experts=1, shared_weight="routed_sum_over_rsf")
+    r = routing.default(x, top_k=2, num_fused_shared_experts=1,
+                        recipe=DEFAULT.but(shared_weight="routed_sum_over_rsf"))
     np.testing.assert_allclose(r.weights, [[0.4, 0.3, 0.7]], rtol=HAND_RTOL)
 
 
@@ -409,29 +412,30 @@ B8 = np.zeros(8, np.float32)
 
 
 @pytest.mark.parametrize("method, logits, bias, options, message", [
-    ("deepseek_v3", X8, B8, dict(top_k=2, n_group=3, topk_group=1), "not divisible by n_group"),
-    ("deepseek_v3", X8, B8, dict(top_k=2, n_group=4, topk_group=5), "topk_group=5 > n_group=4"),
-    ("deepseek_v3", X8, B8, dict(top_k=5, n_group=4, topk_group=2), "experts in the kept groups"),
-    ("deepseek_v3", X8, B8, dict(top_k=9), "top_k=9 > num_experts=8"),
-    ("deepseek_v3", X8, B8, dict(top_k=0), "top_k must be an integer >= 1"),
-    ("deepseek_v3", X8, B8, dict(top_k=2.0), "top_k must be an integer >= 1"),
+    ("deepseek_v3", X8, B8, dict(top_k=2, n_group=3, topk_group=1), r"n_group=3 must be an integer >= 1 dividing num_"),
+    ("deepseek_v3", X8, B8, dict(top_k=2, n_group=4, topk_group=5), r"topk_group=5 must be an integer in \[1, n_"),
+    ("deepseek_v3", X8, B8, dict(top_k=5, n_group=4, topk_group=2), "top_k=5 exceeds the 4 experts of topk_group=2"),
+    ("deepseek_v3", X8, B8, dict(top_k=9), r"top_k=9 must be an integer in \[1, num_experts=8\]"),
+    ("deepseek_v3", X8, B8, dict(top_k=0), "top_k=0 must be an integer in"),
+    ("deepseek_v3", X8, B8, dict(top_k=2.0), "top_k=2.0 must be an integer in"),
     ("deepseek_v3", X8, B8, dict(top_k=2, group_mask_value=0.0), "deepseek_v2 only"),
     ("deepseek_v3", X8[0], B8, dict(top_k=2), "2-D"),
     ("deepseek_v3", X8, B8[:4], dict(top_k=2), r"bias must have shape \[E\]"),
     ("deepseek_v3", X8.astype(np.int32), B8, dict(top_k=2), "floating-point"),
     ("deepseek_v3", X8, B8.astype(np.int64), dict(top_k=2), "floating-point"),
-    ("deepseek_v3", X8, B8, dict(top_k=2, routed_scaling_factor=0.0), "routed_scaling_factor"),
-    ("deepseek_v3", X8, B8, dict(top_k=2, eps=-1e-20), "eps must be"),
-    ("deepseek_v3", X8, B8, dict(top_k=2, num_fused_shared_experts=-1), "num_fused_shared_experts"),
-    ("deepseek_v3", X8, B8, dict(top_k=2, bias_dtype="fp16"), "bias_dtype"),
-    ("deepseek_v3", X8, B8, dict(top_k=2, sigmoid="fast"), "sigmoid="),
-    ("deepseek_v3", X8, B8, dict(top_k=2, weights_dtype="fp8"), "weights_dtype"),
-    ("deepseek_v3", X8, B8, dict(top_k=2, renorm_order="any"), "renorm_order"),
+    ("deepseek_v3", X8, B8, dict(top_k=2, routed_scaling_factor=0.0), "routed_scaling_factor=0.0 must be"),
+    ("deepseek_v3", X8, B8, dict(top_k=2, eps=-1e-20), "eps=-1e-20 must be"),
+    ("deepseek_v3", X8, B8, dict(top_k=2, num_fused_shared_experts=-1), "num_fused_shared_experts=-1 must be"),
+    ("deepseek_v3", X8, B8, dict(top_k=2, renormalize="yes"), "renormalize='yes' must be a bool"),
+    ("deepseek_v3", X8, B8, dict(top_k=2, sigmoid="expf"), "sigmoid is a recipe field"),  # recipe=R's, by its name
+    ("deepseek_v3", X8, B8, dict(top_k=2, bias_dtype="bf16"), "routing option 'bias_dtype' is not one of"),
+    ("deepseek_v3", X8, B8, dict(top_k=2, recipe="fp32"), "recipe must be a spec.recipes.Recipe"),
     ("llama4", X8, None, dict(top_k=2), "top_k=2 must be 1"),
-    ("default", X8, B8, dict(top_k=2), "takes no correction bias"),
-    ("renormalize", X8, None, dict(top_k=2, n_group=2, topk_group=1), "has no expert groups"),
-    ("deepseek_v2", X8, None, dict(top_k=2, n_group=2, topk_group=1, group_mask_value=np.nan), "NaN"),
+    ("default", X8, B8, dict(top_k=2), "a correction bias needs a biased method"),
+    ("renormalize", X8, None, dict(top_k=2, n_group=2, topk_group=1), "renormalize has no expert groups"),
+    ("deepseek_v2", X8, None, dict(top_k=2, n_group=2, topk_group=1, group_mask_value=np.nan), "nan"),
     ("softmax", X8, None, dict(top_k=2), "is not one of"),
+    ("topk", X8, None, dict(top_k=2, ids=np.array([[0, 0], [1, 2]])), r"ids \(forced\) must be distinct"),
 ])
 def test_invalid_calls_raise_one_line_value_errors(method, logits, bias, options, message):
     with pytest.raises(ValueError, match=message) as info:
@@ -561,7 +565,8 @@ def test_softmax_methods_are_invariant_to_a_row_shift(method, data):
 def test_renormalized_weights_sum_to_the_scaling_factor(method, p, rsf, order):
     grouped = method in GROUPED
     kw = dict(method=method, top_k=p.top_k, n_group=p.n_group if grouped else 1,
-              topk_group=p.topk_group if grouped else 1, routed_scaling_factor=rsf, renorm_order=order)
+              topk_group=p.topk_group if grouped else 1, routed_scaling_factor=rsf,
+              recipe=DEFAULT.but(renorm_order=order))
     bias = p.bias if method in BIASED else None
     total = route(p.logits, bias, **kw).weights.astype(np.float64).sum(axis=1)
     # each weight carries ≤ 2 roundings and shares the denominator's ≤ k - 1 roundings

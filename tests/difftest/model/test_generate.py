@@ -125,10 +125,10 @@ def test_zero_groups_are_all_zero():
 @pytest.mark.parametrize(
     "config, message",
     [
-        (RoutingConfig("deepseek_v3", 1, 10, 2, 4, 2), "multiple of n_group"),
+        (RoutingConfig("deepseek_v3", 1, 10, 2, 4, 2), "^n_group=4 must be an integer >= 1 dividing num_experts=10$"),
         (RoutingConfig("renormalize", 1, 8, 9), "top_k=9"),
         (RoutingConfig("renormalize", 1, 8, 2, bias_dtype="fp32"), "correction bias"),
-        (RoutingConfig("llama4", 1, 8, 2), "top-1"),
+        (RoutingConfig("llama4", 1, 8, 2), "top_k=2 must be 1: llama4 routes to exactly one expert"),
         (RoutingConfig("sigmoid", -1, 8, 2), "num_tokens"),
         (QuantConfig("fp8_group", 2, 200), "multiple of the fp8_group block 128"),
         (QuantConfig("fp8_group", 2, 256, scale_fmt="ue8m0", layout="col"), "ue8m0"),

@@ -1,8 +1,10 @@
-"""The settings table (difftest/model/settings.py): documented row by row, read where it says, overridable per run,
-and the debt of DIFFTEST_* environment variables that remain in difftest/ stated here, so that a new one fails."""
+"""The settings table (difftest/model/settings.py): documented row by row, read where it says, overridable per run;
+and the DIFFTEST_* environment variables: at most three in the whole repository, each documented with why it must be
+one, and the retired ones refused with their replacement named."""
 
 import json
 import multiprocessing
+import os
 import re
 import subprocess
 import sys
@@ -14,16 +16,24 @@ from difftest.model import settings
 from difftest.model.settings import SETTINGS, SettingsError
 
 ROOT = Path(__file__).resolve().parents[3]
-# The environment variables difftest/ may name: the one that carries the settings into workers.
-ALLOWED = {settings.ENV}
-# Not converted yet (issue 37): where each is named. Converting one removes it here; a new one fails the test below.
-NOT_YET = {
-    "DIFFTEST_CASE_TIMEOUT": {"difftest/running/campaign.py", "difftest/cli.py"},
-    "DIFFTEST_FIRST_CASE_TIMEOUT": {"difftest/running/campaign.py", "difftest/cli.py"},
-    "DIFFTEST_CRASH_SHRINK_S": {"difftest/running/campaign.py"},
-    "DIFFTEST_DB": {"difftest/running/database.py", "difftest/running/run.py", "difftest/cli.py",
-                    "difftest/artifacts/rundir.md"},
-}
+# Where the variables are counted: every text file of the repository but the CHANGELOG (history names the retired
+# ones) and the generated reproducers (fixtures/*/repro.py embed the adapters, and with them what those read).
+TEXT = {".py", ".md", ".sh", ".toml", ".ini", ".cfg", ".txt", ".yml", ".yaml", ".json", ".cu", ".h", ""}
+SKIP_DIRS = {".git", ".tox", ".hypothesis", "runs", "__pycache__", ".carry", "node_modules", ".venv"}
+
+
+PREFIX = "DIFFTEST_"  # the retired names are built from it here, so that this file names none of them
+
+
+def _repository_files(root=ROOT):
+    for path in root.rglob("*"):
+        rel = path.relative_to(root)
+        if not path.is_file() or path.suffix not in TEXT or any(
+                part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts):
+            continue
+        if rel.as_posix() == "CHANGELOG.md" or (rel.parts[0] == "fixtures" and rel.name == "repro.py"):
+            continue
+        yield rel, path
 
 
 @pytest.fixture
@@ -54,17 +64,31 @@ def test_every_row_is_documented_and_read_where_it_says():
     assert found == set(SETTINGS), found ^ set(SETTINGS)
 
 
-def test_no_environment_variable_outside_the_allowed_and_the_stated_debt():
+def test_at_most_three_environment_variables_in_the_whole_repository_each_documented():
+    """Issue 37: every knob is a flag, a pytest option or a row of the settings table; a DIFFTEST_* variable remains
+    only where a process boundary needs one (settings.ENVIRONMENT), and docs/settings.md says why for each."""
     named = {}
-    for path in (ROOT / "difftest").rglob("*"):
-        if path.is_file() and path.suffix in (".py", ".md"):
-            for var in set(re.findall(r"DIFFTEST_[A-Z0-9_]+", path.read_text())):
-                named.setdefault(var, set()).add(str(path.relative_to(ROOT)))
-    extra = {v: p for v, p in named.items() if v not in ALLOWED and v not in NOT_YET}
-    assert not extra, f"new DIFFTEST_* variables (make them settings, difftest/model/settings.py): {extra}"
-    for var, paths in NOT_YET.items():  # the debt shrinks: a converted one leaves this list
-        assert named.get(var) == paths, f"{var}: named in {named.get(var)}, NOT_YET says {paths}"
-    assert len(ALLOWED) + len(NOT_YET) == 5  # issue 37 asks for at most 3
+    for rel, path in _repository_files():
+        for var in set(re.findall(r"DIFFTEST_[A-Z0-9_]+", path.read_text(encoding="utf-8", errors="replace"))):
+            named.setdefault(var, set()).add(rel.as_posix())
+    assert len(settings.ENVIRONMENT) <= 3 and "difftest/model/settings.py" in named.get(settings.ENV, ())
+    extra = {v: sorted(p) for v, p in named.items() if v not in settings.ENVIRONMENT}
+    assert not extra, f"variables beyond settings.ENVIRONMENT (make them settings, flags or options): {extra}"
+    section = (ROOT / "docs/settings.md").read_text().split("\n## Environment variables\n")[1].split("\n## ")[0]
+    for var in settings.ENVIRONMENT:
+        assert f"`{var}`" in section, f"{var}: not in docs/settings.md's section Environment variables"
+
+
+def test_the_scan_sees_a_new_variable_and_skips_only_history_and_generated_scripts(tmp_path):
+    """The repository scan above can fail: a variable in a script, a doc or a campaign is seen; the CHANGELOG, the
+    generated reproducers and git's own files are not read."""
+    probe = PREFIX + "PROBE"
+    for rel in ("tools/x.sh", "manual/x.md", "campaigns/x.py", ".ci/run", "CHANGELOG.md", "fixtures/f/repro.py",
+                ".git/config", "fixtures/f/inputs.npz"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"echo ${probe}\n")
+    found = sorted(rel.as_posix() for rel, path in _repository_files(tmp_path) if probe in path.read_text())
+    assert found == [".ci/run", "campaigns/x.py", "manual/x.md", "tools/x.sh"]
 
 
 @pytest.mark.parametrize("name, value, accepts", [
@@ -108,9 +132,48 @@ def test_bad_project_table_and_bad_overrides_are_one_line_errors(fresh, monkeypa
 
 
 def test_a_replaced_variable_is_refused_not_ignored(fresh, monkeypatch):
-    monkeypatch.setenv("DIFFTEST_MAX_TOKENS", "4096")
-    with pytest.raises(SettingsError, match=r"DIFFTEST_MAX_TOKENS is no longer read: use --set max_tokens=VALUE"):
+    monkeypatch.setenv(PREFIX + "MAX_TOKENS", "4096")
+    with pytest.raises(SettingsError, match=PREFIX + r"MAX_TOKENS is no longer read: use --set max_tokens=VALUE"):
         settings.values()
+
+
+@pytest.mark.parametrize("suffix, replacement", [
+    ("CASE_TIMEOUT", "use --timeout SECONDS or --set case_timeout=VALUE"),
+    ("FIRST_CASE_TIMEOUT", "use --first-timeout SECONDS or --set first_case_timeout=VALUE"),
+    ("CRASH_SHRINK_S", "use --set crash_shrink_s=VALUE"),
+    ("DB", "use --db DIR or --set db=VALUE, [tool.difftest] db in pyproject.toml"),
+    *((suffix, f"use {text}") for suffix, text in settings.RETIRED.items()),
+])
+def test_a_variable_retired_for_a_flag_or_an_option_is_refused_naming_it(fresh, monkeypatch, suffix, replacement):
+    """The variables issue 37 retired (the name is built here: the repository names only the three that remain)."""
+    monkeypatch.setenv(PREFIX + suffix, "1")
+    with pytest.raises(SettingsError) as e:
+        settings.values()
+    assert str(e.value).startswith(f"{PREFIX}{suffix} is no longer read: {replacement}"), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_pytest_refuses_a_retired_variable_before_collecting():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    r = subprocess.run([sys.executable, "-m", "pytest", "tests/difftest/model/test_settings.py", "-k", "bad_name",
+                        "-p", "no:xdist", "-p", "no:cacheprovider", "-q"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env={**env, PREFIX + "PROFILE": "fuzz"})
+    assert r.returncode != 0 and "passed" not in r.stdout, r.stdout + r.stderr
+    assert PREFIX + "PROFILE is no longer read: use the pytest option --hypothesis-profile NAME" in r.stdout + r.stderr
+
+
+def test_string_setting_db(fresh, monkeypatch):
+    """The one text setting: any one-line string, stripped; empty is none (the default)."""
+    assert settings.get("db") == "" and settings.parse("db", " redis://h:6379/1 ") == "redis://h:6379/1"
+    with pytest.raises(SettingsError, match="setting db must be a directory or redis://"):
+        settings.parse("db", 5)
+    from difftest.running import database
+
+    assert database.configured() is None and database.configured("d") == "d"
+    monkeypatch.setenv(settings.ENV, json.dumps({"db": str(fresh / "shared")}))
+    monkeypatch.setattr(settings, "_values", None)
+    assert database.configured() == str(fresh / "shared")
+    assert database.database() is not None and database.configured("other") == "other"
 
 
 def test_apply_merges_into_the_environment_and_refuses_a_setting_already_read(fresh):

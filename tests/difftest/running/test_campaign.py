@@ -1,6 +1,6 @@
 """Differential campaigns: every available implementation against the spec, one Hypothesis run per (impl, op,
 slice); pytest-xdist spreads the cells over workers (GPU workers pinned in conftest.py). Budget per cell:
-the loaded profile's max_examples (DIFFTEST_PROFILE; DIFFTEST_DB shares the example database).
+the loaded profile's max_examples (--hypothesis-profile; the setting db shares the example database).
 Also: a deliberately broken copy of torch is found, shrunk, recorded and replayed."""
 
 import os
@@ -22,16 +22,10 @@ SLICES = [(op, label) for op in OPS for label, _ in campaign.slices(op)]
 pytestmark = pytest.mark.campaign
 
 
-def _selected():
-    """DIFFTEST_IMPLS (comma-separated names or module:NAME / file.py:NAME references) picks the implementations
-    under test, as array-api-tests' ARRAY_API_TESTS_MODULE does; default: every known one."""
-    chosen = os.environ.get("DIFFTEST_IMPLS")
-    return [r.strip() for r in chosen.split(",") if r.strip()] if chosen else interface.names()
-
-
-def _cells():
-    """Every slice of every selected implementation; one skipped cell (with reason) per unavailable one."""
-    for name in _selected():
+def _cells(chosen):
+    """Every slice of every implementation chosen with --impl (tests/conftest.py; names or module:NAME / file.py:NAME
+    references), default every known one; one skipped cell (with reason) per unavailable one."""
+    for name in chosen or interface.names():
         if name == "spec":
             continue
         try:
@@ -47,7 +41,13 @@ def _cells():
                 yield pytest.param(name, op, label, id=f"{name}-{op}-{label}")
 
 
-@pytest.mark.parametrize("impl_name, op, label", list(_cells()))
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.name == "test_campaign":
+        from tests.conftest import selected_impls
+
+        metafunc.parametrize("impl_name, op, label", list(_cells(selected_impls(metafunc.config))))
+
+
 def test_campaign(impl_name, op, label, tmp_path):
     impl = interface.load(impl_name)
     if op is None:

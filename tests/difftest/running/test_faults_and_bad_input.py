@@ -110,7 +110,8 @@ def test_injected_faults_are_findings_and_the_campaign_finishes(tmp_path):
         "--out",
         str(out),
         "--resume",  # the dead campaign's directory: continuing it is explicit
-        env={**os.environ, "DIFFTEST_CRASH_SHRINK_S": "2"},  # two seconds of shrinking per crash suffice
+        "--set",
+        "crash_shrink_s=2",  # two seconds of shrinking per crash suffice
     )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Traceback" not in r.stderr

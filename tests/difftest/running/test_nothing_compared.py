@@ -50,8 +50,8 @@ def test_cell_result_counts_compared_and_skipped_examples(decliner):
 def test_campaign_cell_that_skipped_every_case_is_a_pytest_skip(decliner):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     r = subprocess.run([sys.executable, "-m", "pytest", "tests/difftest/running/test_campaign.py", "-k", "decliner",
-                        "-p", "no:xdist", "-p", "no:cacheprovider", "-rs", "-q"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300, env={**env, "DIFFTEST_IMPLS": decliner})
+                        "-p", "no:xdist", "-p", "no:cacheprovider", "-rs", "-q", "--impl", decliner], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env=env)
     cells = len(campaign.slices("routing"))
     assert r.returncode == 0 and f"{cells} skipped" in r.stdout and "passed" not in r.stdout, r.stdout + r.stderr
     assert r.stdout.count("examples skipped: declines every case") == cells, r.stdout
