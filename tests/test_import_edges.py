@@ -17,7 +17,6 @@ FORBIDDEN = [("difftest/checking/impl_torch.py", "difftest.checking.impl_spec"),
 LAYERS = ("model", "checking", "running", "artifacts", "selftest")  # each imports only from itself and those before
 LEAVES = {"difftest.usage"}  # the command line's argument helpers, shared by run and replay; import nothing of ours
 UPWARD = {  # edges against the flow, each a known reason; a new one fails test_imports_follow_the_flow
-    ("difftest.model.where", "difftest.running.campaign"): "--where narrows the campaign's per-op slices (on use)",
     ("difftest.running.campaign", "difftest.artifacts.fixtures"): "a finding is shrunk, then written as a fixture",
     ("difftest.running.pipeline", "difftest.artifacts.fixtures"): "the pipelined runner writes its findings too",
     ("difftest.running.run", "difftest.artifacts.fixtures"): "the run's summary lists the fixtures it wrote",

@@ -318,7 +318,7 @@ def test_every_value_the_strategies_draw_has_a_coverage_cell(op):
     floors = {name: (b[op] if isinstance(b, dict) else b) for _, ops, name, b in report.SHAPE_AXES if op in ops}
 
     @settings(max_examples=300, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.one_of([configs for _, configs in campaign.slices(op)]))
+    @given(st.one_of([configs for _, configs in strategies.slices(op)]))
     def check(config):
         row = {"case": {"config": json.loads(json.dumps(config.__dict__, default=lambda o: o.__dict__))}}
         for name, values in domains.items():

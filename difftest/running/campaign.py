@@ -190,19 +190,6 @@ class CellResult(NamedTuple):
         return f"all {self.examples} examples skipped: {reasons}" + (f"; {more} more reasons" if more > 0 else "")
 
 
-def slices(op, fixed=None):
-    """[(label, configs strategy)]: routing per method, quant per scheme, moe per quant path, trtllm_ops per
-    kernel (strategies.SLICES), so that every one gets its share of a campaign instead of what Hypothesis'
-    choice order leaves it. ``fixed``: keywords of the op's configuration strategy that narrow every slice;
-    fixing the split field itself leaves one slice."""
-    fixed = dict(fixed or {})
-    keyword, values = strategies.SLICES[op]
-    configs = strategies.CONFIG_STRATEGIES[op]
-    if keyword in fixed:
-        return [(fixed[keyword], configs(**fixed))]
-    return [(v, configs(**fixed, **{keyword: v})) for v in values]
-
-
 def recipe_name(impl, case):
     """The name of the recipe the case is compared under, or None (ideal only, or refused). recipe(case) is asked
     only of a case the implementation runs: unsupported(case) first, as run_case does (an adapter's recipe_for may

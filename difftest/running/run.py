@@ -40,7 +40,7 @@ def _default_impls():
 
 
 def campaign_cells(impl_refs, ops, model, filters=None):
-    """(impl, ref, op, configs) per implementation × op slice (campaign.slices), or per op around a model;
+    """(impl, ref, op, configs) per implementation × op slice (strategies.slices), or per op around a model;
     inside --where and the implementation's ``space`` (difftest/model/where.py)."""
     from ..checking import interface
     from ..model import presets, where
