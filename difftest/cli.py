@@ -76,6 +76,16 @@ def cmd_merge(args):
     return 0
 
 
+def cmd_fuzz(args):
+    return run.fuzz(args, after=_render_report)
+
+
+def _render_report(out):  # after a campaign's summary lines, before its exit status is decided
+    from .artifacts import report
+
+    print(report.maybe_render(out))
+
+
 def _timeouts(p):
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="per-case limit for implementations that may crash or hang (default: the setting "
@@ -186,7 +196,7 @@ def cmd_replay(args):
 
 
 COMMANDS = {
-    "fuzz": run.fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show,
+    "fuzz": cmd_fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show,
     "merge": cmd_merge,
 }
 

@@ -22,7 +22,6 @@ UPWARD = {  # edges against the flow, each a known reason; a new one fails test_
     ("difftest.running.run", "difftest.artifacts.fixtures"): "the run's summary lists the fixtures it wrote",
     ("difftest.running.run", "difftest.artifacts.rundir"): "it merges the workers' case rows into the run directory",
     ("difftest.running.run", "difftest.artifacts.merge"): "the summary records the host (merge.host_info)",
-    ("difftest.running.run", "difftest.artifacts.report"): "the run renders its report when it ends",
 }
 
 

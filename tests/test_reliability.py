@@ -465,7 +465,7 @@ def argv_sandbox():
 def test_fuzzed_command_lines_exit_0_1_2_with_one_line_errors(argv_sandbox, monkeypatch):
     ran = []
     # a valid fuzz command line is validated for real, then not run (a campaign takes minutes)
-    monkeypatch.setattr(fuzz_run, "run_campaign", lambda args, out: ran.append(out) or 0)
+    monkeypatch.setattr(fuzz_run, "run_campaign", lambda args, out, after=None: ran.append(out) or 0)
     before = _tree(ROOT)
     cwd = os.getcwd()
 

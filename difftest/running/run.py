@@ -214,9 +214,9 @@ def campaign_budget(args):
     return DEFAULT_BUDGET_S if args.max_examples is None else math.inf
 
 
-def fuzz(args):
+def fuzz(args, after=None):
     """Check the arguments (a usage error before any implementation loads, and the plain ones before Hypothesis
-    loads), then run the campaign."""
+    loads), then run the campaign; `after` as run_campaign's."""
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
     if args.max_examples is not None and args.max_examples < 1:
@@ -280,7 +280,7 @@ def fuzz(args):
         marker.unlink(missing_ok=True)
         database.warn_once_per(marker)
         database.redis_reachable(args.db)
-    return run_campaign(args, out)
+    return run_campaign(args, out, after)
 
 
 def drawn_inside(args):
@@ -432,10 +432,11 @@ def _kind(path):
         return None
 
 
-def run_campaign(args, out):
+def run_campaign(args, out, after=None):
     """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
-    workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
-    from ..artifacts import merge, report, rundir
+    workers, stop cleanly on SIGINT/SIGTERM, write summary.json and print its lines, then call `after(out)` (the
+    command line renders the report there) before the exit status is decided."""
+    from ..artifacts import merge, rundir
     from ..model import pairs
     from . import campaign
     from .isolation import atomic_write_text
@@ -530,7 +531,8 @@ def run_campaign(args, out):
         print(f"FINDING [{b['op']}, {b['impl']}, bias] {b['cases']} cases: {b['message']}")
     for k in summary["known_failures"]:
         print(f"known (--known): [{', '.join(k['signature'])}] {k['cases']} failing cases, not reported again")
-    print(report.maybe_render(out))
+    if after is not None:
+        after(out)
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
     from ..checking.check import TESTER_ERROR
