@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from difftest.artifacts import fixtures
 from difftest.checking import interface
 from difftest.model import strategies
 from difftest.model.case import OPS
 from difftest.running import campaign
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICES = [(op, label) for op in OPS for label, _ in strategies.slices(op)]

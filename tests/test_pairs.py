@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
-from difftest.artifacts import rundir
 from difftest.checking.check import run_case
 from difftest.checking.impl_spec import SPEC
 from difftest.model import pairs, strategies, where
 from difftest.model.case import CONTRACT, Case, QuantConfig
+from difftest.store import rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 # Quant cells pinned to one value on every pairwise field but scale_fmt, layout and num_tokens: 81 candidate pairs

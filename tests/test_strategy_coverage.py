@@ -9,11 +9,11 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from difftest.artifacts.report import coverage
 from difftest.checking.impl_torch import TORCH
 from difftest.model import strategies
 from difftest.model.case import FIELD_DOMAINS, OPS, Case
 from difftest.model.generate import DISTS
+from difftest.readers.report import coverage
 
 
 def _key(v):

@@ -22,15 +22,15 @@ from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky, Unsatisfiable
 
-from ..artifacts import fixtures
 from ..checking import interface
 from ..checking.check import is_tester_error, run_case
 from ..model import learn, pairs, strategies
 from ..model.case import CaseError
 from ..model.settings import get as setting
+from ..store import fixtures
+from ..store.signatures import Signature, crash_field, row_fields, signature, signatures
 from .database import CellDatabase, database, database_key
 from .isolation import IsolatedRunner, pending, settle_pending
-from .signatures import Signature, crash_field, row_fields, signature, signatures
 
 REPLAY = "replay: python -m difftest replay {path}"
 # a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
@@ -204,7 +204,7 @@ def recipe_name(impl, case):
 
 
 def case_row(impl_name, case, result, recipe=None, kind=None):
-    """One cases.jsonl line (difftest/artifacts/rundir.md)."""
+    """One cases.jsonl line (difftest/store/rundir.md)."""
     c = case.config
     r = c.routing if case.op == "moe" else c
     return {
