@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pipeline_impls
 
-from difftest.artifacts import fixtures
 from difftest.checking import interface
 from difftest.running import campaign, pipeline
 from difftest.running.run import campaign_cells
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPLS = Path(__file__).resolve().parent / "pipeline_impls.py"
