@@ -16,9 +16,9 @@ MOVED = {
     "where": "model.where", "interface": "checking.interface", "check": "checking.check",
     "compare": "checking.compare", "impl_spec": "checking.impl_spec", "impl_torch": "checking.impl_torch",
     "bias": "checking.bias", "campaign": "running.campaign", "isolation": "running.isolation",
-    "pipeline": "running.pipeline", "run": "running.run", "fixtures": "artifacts.fixtures",
-    "merge": "artifacts.merge", "replay": "artifacts.replay", "report": "artifacts.report",
-    "reproducer": "artifacts.reproducer", "rundir": "artifacts.rundir", "bug_models": "selftest.bug_models",
+    "pipeline": "running.pipeline", "run": "running.run", "fixtures": "store.fixtures",
+    "merge": "readers.merge", "replay": "readers.replay", "report": "readers.report",
+    "reproducer": "readers.reproducer", "rundir": "store.rundir", "bug_models": "selftest.bug_models",
     "known_bugs": "selftest.known_bugs", "mutants": "selftest.mutants", "tie_orders": "selftest.tie_orders",
 }
 

@@ -27,7 +27,7 @@ def cmd_impls(args):
 
 
 def cmd_show(args):
-    from .artifacts import fixtures
+    from .store import fixtures
 
     fx = fixtures.load(args.fixture)
     m = fx.meta
@@ -39,14 +39,14 @@ def cmd_show(args):
     print(f"recipe: {json.dumps(m['recipe'])}")
     print(f"observed: {json.dumps(m['observed'])}")
     print(f"provenance: {m['provenance']}")
-    from .artifacts import replay, reproducer
+    from .readers import replay, reproducer
 
     for line in reproducer.show_lines(fx):
         print(line)
     for name, outcome, detail in replay.replay_fixture(fx, [fx.impl_ref]):
         print(f"now: {name} {outcome} {detail}")
     if args.report:
-        from .artifacts import bugreport
+        from .readers import bugreport
 
         report, script, npz = bugreport.write(fx, args.report, args.script)
         print(f"bug report: {report}; reproducer: python {script} (inputs, expected values and bounds in {npz})")
@@ -57,13 +57,13 @@ def cmd_show(args):
 
 
 def cmd_report(args):
-    from .artifacts import report
+    from .readers import report
 
     return report.main([args.run_dir] + ([] if args.top is None else ["--top", str(args.top)]))
 
 
 def cmd_merge(args):
-    from .artifacts import merge, report
+    from .readers import merge, report
 
     summary = merge.merge(args.run_dirs, args.out)
     hosts = summary["hosts"]
@@ -74,6 +74,16 @@ def cmd_merge(args):
         print(f"  {name}: {h['cases']} cases {h['status']}")
     print(report.maybe_render(args.out))
     return 0
+
+
+def cmd_fuzz(args):
+    return run.fuzz(args, after=_render_report)
+
+
+def _render_report(out):  # after a campaign's summary lines, before its exit status is decided
+    from .readers import report
+
+    print(report.maybe_render(out))
 
 
 def _timeouts(p):
@@ -128,7 +138,7 @@ def parser():
     f.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     f.add_argument("--seed", type=int, default=0, help="campaign seed (workers and chunks derive theirs)")
     f.add_argument("--out", help="run directory (default runs/<timestamp>); one that holds a run already is refused "
-                                 "unless --resume; format in difftest/artifacts/rundir.md")
+                                 "unless --resume; format in difftest/store/rundir.md")
     f.add_argument("--resume", action="store_true",
                    help="continue the run in --out (a killed campaign: its crash log is recorded first; rows are "
                         "added, its fixtures reported again as earlier findings)")
@@ -180,13 +190,13 @@ def parser():
 
 
 def cmd_replay(args):
-    from .artifacts import replay
+    from .readers import replay
 
     return replay.main(args)
 
 
 COMMANDS = {
-    "fuzz": run.fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show,
+    "fuzz": cmd_fuzz, "replay": cmd_replay, "report": cmd_report, "impls": cmd_impls, "show": cmd_show,
     "merge": cmd_merge,
 }
 
@@ -194,9 +204,9 @@ COMMANDS = {
 # The exceptions that mean bad input: one line on stderr, exit 2. Looked up among the modules a command has loaded
 # (an exception of a module that was never imported cannot have been raised), so that a usage error costs no import
 # of Hypothesis, torch or matplotlib. OSError: an unreadable input or an unwritable run directory, named by its message.
-BAD_INPUT = {"difftest.usage": "UsageError", "difftest.artifacts.fixtures": "FixtureError",
+BAD_INPUT = {"difftest.usage": "UsageError", "difftest.store.fixtures": "FixtureError",
              "difftest.checking.interface": "ImplError", "difftest.model.case": "CaseError",
-             "difftest.artifacts.report": "ReportError"}
+             "difftest.readers.report": "ReportError"}
 
 
 def bad_input_errors():

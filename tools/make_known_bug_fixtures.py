@@ -17,11 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest.artifacts import fixtures  # noqa: E402
 from difftest.checking import check, impl_spec  # noqa: E402
 from difftest.checking.impl_torch import TORCH  # noqa: E402
 from difftest.model import generate  # noqa: E402
 from difftest.selftest import known_bugs  # noqa: E402
+from difftest.store import fixtures  # noqa: E402
 
 MODULE = "difftest.selftest.known_bugs"
 PREFIX = "bug:K"  # the models' registry names, bug:K01 ... (difftest/checking/interface.py SELF_TEST)

@@ -19,10 +19,10 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest.artifacts import fixtures  # noqa: E402
 from difftest.checking import check, impl_spec, interface  # noqa: E402
 from difftest.model import generate  # noqa: E402
 from difftest.model.case import Case, RoutingConfig  # noqa: E402
+from difftest.store import fixtures  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tools"))
 from make_known_bug_fixtures import index  # noqa: E402

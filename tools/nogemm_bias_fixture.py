@@ -16,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from difftest.artifacts import bugreport, fixtures
 from difftest.checking import check, impl_spec, interface
 from difftest.model import generate
 from difftest.model.case import Case, MoEConfig, RoutingConfig
+from difftest.readers import bugreport
 from difftest.running.campaign import observed
+from difftest.store import fixtures
 from spec.recipes import NAMED
 
 ADAPTER = "flashinfer.trtllm_gen_nogemm"

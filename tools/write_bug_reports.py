@@ -1,5 +1,5 @@
 """Write the bug reports of the open kernel fixtures (FlashInfer, SGLang) beside them: fixtures/<id>/REPORT.md with
-its reproducer repro.py and repro.npz (difftest/artifacts/bugreport.py; the same as
+its reproducer repro.py and repro.npz (difftest/readers/bugreport.py; the same as
 `python -m difftest show fixtures/<id> --report fixtures/<id>/REPORT.md`).
 
     python tools/write_bug_reports.py [--root fixtures] [--check]
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from difftest.artifacts import bugreport  # noqa: E402
+from difftest.readers import bugreport  # noqa: E402
 
 
 def main(argv=None):

@@ -470,7 +470,7 @@ def _sizes_of(step, top, bottom=1):
 
 CONFIG_STRATEGIES = {"routing": routing_configs, "quant": quant_configs, "moe": moe_configs,
                      "trtllm_ops": dev_kernel_configs}
-# The field each op's campaign is split by, and its values: every one gets its share of a campaign (campaign.slices)
+# The field each op's campaign is split by, and its values: every one gets its share of a campaign (slices)
 SLICES = {"routing": ("method", ROUTING_METHODS), "quant": ("scheme", QUANT_SCHEMES), "moe": ("quant", QUANT_PATHS),
           "trtllm_ops": ("kernel", DEV_KERNELS)}
 SPECIAL_DISTS = ("nonfinite",)  # NaN/Inf inputs are their own checks, drawn only on request
@@ -495,6 +495,19 @@ def cases(draw, op=None, configs=None, special=False, weight_seed=None, **config
              and (d in MODEL_WIDTH_DISTS or not model_width(op, config))]
     dist = draw(_sampled(*names), label="dist")
     return Case(op, config, dist, draw(seeds(), label="seed"), weight_seed if op == "moe" else None)
+
+
+def slices(op, fixed=None):
+    """[(label, configs strategy)]: routing per method, quant per scheme, moe per quant path, trtllm_ops per
+    kernel (strategies.SLICES), so that every one gets its share of a campaign instead of what Hypothesis'
+    choice order leaves it. ``fixed``: keywords of the op's configuration strategy that narrow every slice;
+    fixing the split field itself leaves one slice."""
+    fixed = dict(fixed or {})
+    keyword, values = SLICES[op]
+    configs = CONFIG_STRATEGIES[op]
+    if keyword in fixed:
+        return [(fixed[keyword], configs(**fixed))]
+    return [(v, configs(**fixed, **{keyword: v})) for v in values]
 
 
 # Every value the strategies above draw, per op, for the configuration fields with few values: what a campaign can

@@ -1,7 +1,7 @@
 """Case-space filters: ``fuzz --where FIELD=VALUE|LO..HI|A,B,C`` and a plug-in's ``space`` attribute.
 
 A filter narrows what the strategies draw; it is not a skip. The field that names a slice (routing
-``method``, quant ``scheme``, moe ``quant``, trtllm_ops ``kernel``) picks the slices of campaign.slices;
+``method``, quant ``scheme``, moe ``quant``, trtllm_ops ``kernel``) picks the slices of strategies.slices;
 ``method`` and ``activation`` of a moe layer are passed to its strategy. Any other field of the op's configuration (moe:
 of the layer, then of its routing) is drawn from the filter in place of the strategy's own value when that
 value is outside it, and a configuration that then breaks a constraint of difftest/model/case.py is rejected by
@@ -316,7 +316,7 @@ def restrict(configs, op, where, when=()):
 
 
 def slices(op, where, base, space=None):
-    """[(label, configs)] of campaign.slices(op) (or [(model, base)] around a preset) inside `where` and, per slice,
+    """[(label, configs)] of strategies.slices(op) (or [(model, base)] around a preset) inside `where` and, per slice,
     what an implementation's `space` says of that slice (from_space); [] when op's configuration lacks a filtered
     field."""
     from . import strategies
@@ -328,7 +328,7 @@ def slices(op, where, base, space=None):
         return [("model", restrict(base, op, where, when))]
     key = strategies.SLICES[op][0]
     out = []
-    for label, configs in _slices(op):
+    for label, configs in strategies.slices(op):
         if key in where and not where[key].allows(label):
             continue
         try:
@@ -339,12 +339,6 @@ def slices(op, where, base, space=None):
             configs = _moe_configs(label, own, strategies)
         out.append((label, restrict(configs, op, own, when)))
     return out
-
-
-def _slices(op):
-    from ..running.campaign import slices as campaign_slices
-
-    return campaign_slices(op)
 
 
 def _moe_configs(quant, where, strategies):

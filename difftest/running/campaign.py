@@ -22,15 +22,15 @@ from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky, Unsatisfiable
 
-from ..artifacts import fixtures
 from ..checking import interface
 from ..checking.check import is_tester_error, run_case
 from ..model import learn, pairs, strategies
 from ..model.case import CaseError
 from ..model.settings import get as setting
+from ..store import fixtures
+from ..store.signatures import Signature, crash_field, row_fields, signature, signatures
 from .database import CellDatabase, database, database_key
 from .isolation import IsolatedRunner, pending, settle_pending
-from .signatures import Signature, crash_field, row_fields, signature, signatures
 
 REPLAY = "replay: python -m difftest replay {path}"
 # a may_crash implementation's hang limit per case, and for the first case of each fresh worker, which may
@@ -190,19 +190,6 @@ class CellResult(NamedTuple):
         return f"all {self.examples} examples skipped: {reasons}" + (f"; {more} more reasons" if more > 0 else "")
 
 
-def slices(op, fixed=None):
-    """[(label, configs strategy)]: routing per method, quant per scheme, moe per quant path, trtllm_ops per
-    kernel (strategies.SLICES), so that every one gets its share of a campaign instead of what Hypothesis'
-    choice order leaves it. ``fixed``: keywords of the op's configuration strategy that narrow every slice;
-    fixing the split field itself leaves one slice."""
-    fixed = dict(fixed or {})
-    keyword, values = strategies.SLICES[op]
-    configs = strategies.CONFIG_STRATEGIES[op]
-    if keyword in fixed:
-        return [(fixed[keyword], configs(**fixed))]
-    return [(v, configs(**fixed, **{keyword: v})) for v in values]
-
-
 def recipe_name(impl, case):
     """The name of the recipe the case is compared under, or None (ideal only, or refused). recipe(case) is asked
     only of a case the implementation runs: unsupported(case) first, as run_case does (an adapter's recipe_for may
@@ -217,7 +204,7 @@ def recipe_name(impl, case):
 
 
 def case_row(impl_name, case, result, recipe=None, kind=None):
-    """One cases.jsonl line (difftest/artifacts/rundir.md)."""
+    """One cases.jsonl line (difftest/store/rundir.md)."""
     c = case.config
     r = c.routing if case.op == "moe" else c
     return {

@@ -38,9 +38,6 @@ worker owns its runners, and a runner is a ``multiprocessing`` Process and Pipe,
 A runner is not thread-safe; create it on the thread that uses it (the worker's parent-death signal
 follows the creating thread). As with any ``spawn`` child, the worker imports the main script again, so
 a script that creates runners keeps its work under ``if __name__ == "__main__":``.
-
-Atomic files: ``atomic_write_bytes``/``atomic_write_text`` (temporary file in the same directory,
-fsync, ``os.replace``, directory fsync) and ``create_dir_exclusive`` for fixtures and reports.
 """
 
 import ctypes
@@ -54,7 +51,6 @@ import os
 import secrets
 import signal
 import sys
-import tempfile
 import time
 import traceback
 import weakref
@@ -67,6 +63,7 @@ import numpy as np
 
 from ..checking.interface import failure_of, is_harness_error
 from ..model.case import Case
+from ..store.atomic import _fsync_dir
 
 GRACE_S = 1.0  # between SIGTERM (stack dump) and SIGKILL, and for a dead worker to be reaped
 TAIL_CHARS = 16000  # a fatal-signal dump ends with the list of extension modules (long with torch)
@@ -92,49 +89,6 @@ class WorkerStartError(RuntimeError):
     case (a worker restarted after a crash), it is the tester's failure, not the case's (``difftest_harness``)."""
 
     difftest_harness = True
-
-
-# ---- atomic files
-
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path, data):
-    """Replace ``path`` by ``data`` so that a reader, or a crash, sees either the old file or the new one."""
-    path = Path(path).absolute()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would make committed fixtures private
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_text(path, text):
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def create_dir_exclusive(path):
-    """Create directory ``path`` (and its parents); an existing one is an error, never reused."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        path.mkdir()
-    except FileExistsError:
-        raise FileExistsError(f"{path} already exists; a fixture directory is never overwritten") from None
-    _fsync_dir(path.parent)
-    return path
 
 
 # ---- the worker process

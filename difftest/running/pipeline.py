@@ -24,7 +24,7 @@ same model finds and shrinks it with the device); it is the throughput mode for 
     python -m difftest.running.pipeline --impl REF [--op OP] [--model M] [--batch 32] [--verifiers N] --time-budget S
         --out DIR [--seed N]
 
-writes DIR/cases-pipeline.jsonl (rows as difftest/artifacts/rundir.md), DIR/fixtures/ and DIR/pipeline-summary.json:
+writes DIR/cases-pipeline.jsonl (rows as difftest/store/rundir.md), DIR/fixtures/ and DIR/pipeline-summary.json:
 cases,
 device seconds (inside the implementation), held seconds (from the first draw to the last kernel call, the
 time the device is held), device idle seconds waiting for a verifier slot, drain seconds, and cases per
@@ -46,12 +46,12 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from ..artifacts import fixtures
 from ..checking import check, impl_spec, interface
 from ..model import generate, presets, strategies
 from ..model.case import CaseError
+from ..store import fixtures
+from ..store.signatures import signature
 from . import campaign
-from .signatures import signature
 
 PROVENANCE = "difftest pipeline (drawn by Hypothesis' generation, verified in a host process, not shrunk)"
 

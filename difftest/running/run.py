@@ -1,6 +1,6 @@
 """`python -m difftest fuzz`'s campaign: arguments checked before anything loads, worker processes over the
 (implementation, op) cells, a time budget, a clean stop on SIGINT/SIGTERM, the run directory's rows merged and
-summarized (format: difftest/artifacts/rundir.md), and the summary lines."""
+summarized (format: difftest/store/rundir.md), and the summary lines."""
 
 import hashlib
 import json
@@ -40,7 +40,7 @@ def _default_impls():
 
 
 def campaign_cells(impl_refs, ops, model, filters=None):
-    """(impl, ref, op, configs) per implementation × op slice (campaign.slices), or per op around a model;
+    """(impl, ref, op, configs) per implementation × op slice (strategies.slices), or per op around a model;
     inside --where and the implementation's ``space`` (difftest/model/where.py)."""
     from ..checking import interface
     from ..model import presets, where
@@ -161,8 +161,8 @@ def _count_lines(paths):
 def failures_by_signature(out):
     """Counter of signatures.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
     steps included): the cases behind each finding, known ones too."""
-    from ..artifacts.rundir import parse_row
-    from .signatures import row_fields, signature
+    from ..store.rundir import parse_row
+    from ..store.signatures import row_fields, signature
 
     n = Counter()
     for p in out.glob("cases-*.jsonl"):
@@ -175,8 +175,8 @@ def failures_by_signature(out):
 def bias_cells(out):
     """difftest/checking/bias.py over this run's rows (cases-*.jsonl, before the merge): (the cells whose errors push
     one way, [{impl, op, quant, cases, evidence, message}]; every cell's evidence, Monitor.cells_summary)."""
-    from ..artifacts.rundir import parse_row
     from ..checking.bias import Monitor
+    from ..store.rundir import parse_row
 
     monitor = Monitor()
     for p in sorted(out.glob("cases-*.jsonl")):
@@ -188,8 +188,8 @@ def bias_cells(out):
 def pairwise(args, out):
     """summary.json's "pairwise": the pairs of field values that this run's compared cases (cases-*.jsonl, before
     the merge) have, among those reachable in its cells (difftest/model/pairs.py)."""
-    from ..artifacts.rundir import parse_row
     from ..model import pairs
+    from ..store.rundir import parse_row
 
     rows = (row for p in sorted(out.glob("cases-*.jsonl"))
             for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())))
@@ -214,9 +214,9 @@ def campaign_budget(args):
     return DEFAULT_BUDGET_S if args.max_examples is None else math.inf
 
 
-def fuzz(args):
+def fuzz(args, after=None):
     """Check the arguments (a usage error before any implementation loads, and the plain ones before Hypothesis
-    loads), then run the campaign."""
+    loads), then run the campaign; `after` as run_campaign's."""
     if not 1 <= args.workers <= MAX_WORKERS:
         raise UsageError(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
     if args.max_examples is not None and args.max_examples < 1:
@@ -225,7 +225,7 @@ def fuzz(args):
     finite(args.timeout, "--timeout", 0, False)
     finite(args.first_timeout, "--first-timeout", 0, False)
     free_dir(args.out, "--out")
-    from ..artifacts import rundir
+    from ..store import rundir
 
     used = [] if getattr(args, "resume", False) or args.out is None else rundir.used_by_a_run(args.out)
     if used:
@@ -280,7 +280,7 @@ def fuzz(args):
         marker.unlink(missing_ok=True)
         database.warn_once_per(marker)
         database.redis_reachable(args.db)
-    return run_campaign(args, out)
+    return run_campaign(args, out, after)
 
 
 def drawn_inside(args):
@@ -393,7 +393,7 @@ def _collect(procs, queue, stop, received, t0, budget, out):
 def _findings(reported, out):
     """Findings reported by the workers (one per fixture), then every other fixture of the run directory
     (written by a killed worker, recovered from a write-ahead log, or by an earlier run): "earlier"."""
-    from ..artifacts import fixtures
+    from ..store import fixtures
 
     seen, findings = set(), []
     for f in reported:
@@ -423,7 +423,7 @@ def _signature(path):
 
 
 def _kind(path):
-    from ..artifacts import fixtures
+    from ..store import fixtures
 
     try:
         meta = json.loads((Path(path) / "case.json").read_text())
@@ -432,13 +432,14 @@ def _kind(path):
         return None
 
 
-def run_campaign(args, out):
+def run_campaign(args, out, after=None):
     """The campaign proper, in a validated run directory: recover crashes of a killed earlier run, run the
-    workers, stop cleanly on SIGINT/SIGTERM, write summary.json and the report."""
-    from ..artifacts import merge, report, rundir
+    workers, stop cleanly on SIGINT/SIGTERM, write summary.json and print its lines, then call `after(out)` (the
+    command line renders the report there) before the exit status is decided."""
     from ..model import pairs
+    from ..store import host, rundir
+    from ..store.atomic import atomic_write_text
     from . import campaign
-    from .isolation import atomic_write_text
 
     for path in campaign.recover_pending(out / "difftest-workers", out / "fixtures"):
         print(f"difftest: crash recovered from an earlier run's write-ahead log: {path}", file=sys.stderr)
@@ -500,7 +501,7 @@ def run_campaign(args, out):
             "known_failures": [{"signature": list(sig), "cases": n} for sig, n in per_signature.most_common()
                                if sig in args.known_signatures],
             **drawn_inside(args),
-            "host": merge.host_info(),
+            "host": host.host_info(),
             "seconds_by_op": {op: round(secs, 1) for op, secs in sorted(op_seconds.items())},
             "cells": shares,
             "refused": refused,
@@ -530,7 +531,8 @@ def run_campaign(args, out):
         print(f"FINDING [{b['op']}, {b['impl']}, bias] {b['cases']} cases: {b['message']}")
     for k in summary["known_failures"]:
         print(f"known (--known): [{', '.join(k['signature'])}] {k['cases']} failing cases, not reported again")
-    print(report.maybe_render(out))
+    if after is not None:
+        after(out)
     if errors:
         raise UsageError(f"worker failed: {errors[0]}")
     from ..checking.check import TESTER_ERROR

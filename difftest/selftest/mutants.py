@@ -31,7 +31,7 @@ import numpy as np
 from hypothesis import settings
 
 from ..checking import bias
-from ..model import generate
+from ..model import generate, strategies
 from ..model import settings as difftest_settings
 from ..model.case import OPS, Case
 from ..running import campaign
@@ -150,9 +150,9 @@ def reproducer_size(case_dict):
 
 
 def slices(op, focus=()):
-    """[(label, configs strategy)] of `op`, as the CLI's campaign.slices (routing per method, quant per
+    """[(label, configs strategy)] of `op`, as the CLI's strategies.slices (routing per method, quant per
     scheme, moe per quant path) within the focus: a method, scheme or path the focus fixes is one slice."""
-    return campaign.slices(op, {k: v for k, v in focus if k in FOCUS_KEYWORDS[op]})
+    return strategies.slices(op, {k: v for k, v in focus if k in FOCUS_KEYWORDS[op]})
 
 
 def plan(mutant):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from difftest.artifacts import fixtures
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 K1 = ROOT / "fixtures" / "routing-bug_deepseek_biased_weights-a601b764f199"
@@ -229,10 +229,11 @@ def test_a_numpy_error_inside_the_spec_is_an_error_not_a_skip(monkeypatch):
 def test_runs_are_compressed_and_rows_of_an_older_plain_run_are_kept(tmp_path):
     """cases.jsonl.gz, not ~24 MB of plain rows per 2 minutes; a directory of an older run (plain cases.jsonl)
     resumed into keeps its rows, now compressed, and report reads both forms."""
-    from difftest.artifacts import report, rundir
     from difftest.checking.check import Result
     from difftest.model.case import Case, RoutingConfig
+    from difftest.readers import report
     from difftest.running import campaign
+    from difftest.store import rundir
 
     out = tmp_path / "run"
     out.mkdir()
@@ -254,7 +255,7 @@ def test_runs_are_compressed_and_rows_of_an_older_plain_run_are_kept(tmp_path):
 
 
 def test_replay_of_a_run_directory_replays_its_fixtures(tmp_path):
-    from difftest.artifacts import replay
+    from difftest.readers import replay
 
     shutil.copytree(ROOT / "fixtures" / "K03_raw_logit_weights", tmp_path / "run" / "fixtures" / "K03")
     assert replay.fixture_paths([tmp_path / "run"]) == [tmp_path / "run" / "fixtures" / "K03"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftest.artifacts import fixtures
 from difftest.checking import interface
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"

@@ -203,9 +203,9 @@ def test_pipeline_runs_on_a_reproducer_scripts_configuration(monkeypatch):
     which the script would have reported as the bug)."""
     from types import SimpleNamespace
 
-    from difftest.artifacts.reproducer import config_dict
     from difftest.checking.interface import with_stacked_weights
     from difftest.model import generate
+    from difftest.readers.reproducer import config_dict
 
     def namespace(d):
         return SimpleNamespace(**{k: namespace(v) if isinstance(v, dict) else v for k, v in d.items()})

@@ -56,9 +56,9 @@ def test_as_built_is_the_adapter_under_its_own_name_and_the_as_built_recipe(modu
     """``--impl impls.flashinfer.<module>:AS_BUILT`` (it replaced an environment variable that changed what the
     adapter declared): the same kernel call and space, another name (one run can fuzz both), the grouped as-built
     recipe where the adapter declares the FP32 bias; its reproducer embeds the adapter module itself."""
-    from difftest.artifacts.reproducer import kind_of_reference
     from difftest.checking import interface
     from difftest.model.case import Case, MoEConfig
+    from difftest.readers.reproducer import kind_of_reference
 
     ref = f"impls.flashinfer.{module}:AS_BUILT"
     variant, adapter = interface.load(ref), interface.load(f"flashinfer.{module}")

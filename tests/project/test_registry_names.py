@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from difftest.artifacts import fixtures
 from difftest.checking import interface
 from difftest.model import generate
 from difftest.selftest import bug_models, known_bugs, tie_orders
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ its own ids, within the recipe's relative bound plus the absolute allowance of f
 (keys.underflow_term); where the fp32 renormalizing denominator can vanish the ideal bounds nothing, and those
 tokens are held to the recipe at their own ids (routing.compare_routing).
 
-The functions here are copied by their source into a fixture's reproducer (difftest/artifacts/reproducer.py,
+The functions here are copied by their source into a fixture's reproducer (difftest/readers/reproducer.py,
 VALIDITY): numpy and itertools only, and each other."""
 
 import itertools

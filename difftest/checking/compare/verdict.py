@@ -11,7 +11,7 @@ import numpy as np
 class Failure(NamedTuple):
     """One failing output of a comparison, as the comparison found it (never parsed from a message): the
     output (``field``) and the check it failed. A finding's signature takes its field from here
-    (difftest/running/signatures.py)."""
+    (difftest/store/signatures.py)."""
 
     field: str  # an output (OUTPUT_ORDER), or SPEC_FIELD for the spec's own recipe-vs-ideal check
     check: str  # CHECKS

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from difftest.artifacts import bugreport
+from difftest.readers import bugreport
 
 ROOT = Path(__file__).resolve().parents[3]
 K1 = ROOT / "fixtures" / "routing-bug_deepseek_biased_weights-a601b764f199"
@@ -51,7 +51,7 @@ def test_a_kernel_finding_names_the_gpu_it_was_found_on(monkeypatch):
     import sys
     from types import SimpleNamespace
 
-    from difftest.artifacts import fixtures
+    from difftest.store import fixtures
 
     for fx in bugreport.upstream_fixtures(ROOT / "fixtures"):
         assert fx.meta["device"] == "NVIDIA H200", (fx.id, fx.meta["device"])

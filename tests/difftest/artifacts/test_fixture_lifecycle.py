@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from difftest import cli
-from difftest.artifacts import fixtures
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"

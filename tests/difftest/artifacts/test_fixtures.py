@@ -1,4 +1,4 @@
-"""difftest.artifacts.fixtures and the CLI: fixtures round trip, bad fixtures are one-line errors (exit 2), replay
+"""difftest.store.fixtures and the CLI: fixtures round trip, bad fixtures are one-line errors (exit 2), replay
 reproduces a recorded finding, exit codes."""
 
 import contextlib
@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from difftest import cli
-from difftest.artifacts import fixtures, replay
 from difftest.checking import check, impl_spec
 from difftest.model import generate
 from difftest.model.case import Case, RoutingConfig
+from difftest.readers import replay
 from difftest.selftest import bug_models
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[3]
 K1 = "difftest.selftest.bug_models:DEEPSEEK_BIASED_WEIGHTS"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from difftest.artifacts import fixtures, replay
 from difftest.checking import interface
+from difftest.readers import replay
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[3]
 FOUND = fixtures.discover(ROOT / "fixtures")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest.artifacts import merge, rundir
+from difftest.readers import merge
+from difftest.store import host, rundir
 
 ROOT = Path(__file__).resolve().parents[3]
 H200_CASES, H200_FIXTURES = 587, 4
@@ -46,7 +47,7 @@ def test_merge_two_hosts_renders_one_report_with_a_row_per_host(runs, tmp_path):
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
     rows = cases(out)
     assert len(rows) == len(cases(cpu)) + H200_CASES
-    assert {row["host"] for row in rows} == {merge.label(cpu, merge.host_info()), "h200/h200_tg_asbuilt"}
+    assert {row["host"] for row in rows} == {merge.label(cpu, host.host_info()), "h200/h200_tg_asbuilt"}
     assert len(list(out.glob("fixtures/*/case.json"))) == H200_FIXTURES
 
     report = json.loads((out / "report.json").read_text())
@@ -54,7 +55,7 @@ def test_merge_two_hosts_renders_one_report_with_a_row_per_host(runs, tmp_path):
     gpu = hosts["h200/h200_tg_asbuilt"]
     assert gpu["gpu"] == "NVIDIA H200 (driver 580.159.04)" and gpu["torch"] == "2.11.0+cu130"
     assert gpu["cases"] == H200_CASES and gpu["status"] == {"pass": 253, "error": 306, "fail": 28}
-    here = hosts[merge.label(cpu, merge.host_info())]
+    here = hosts[merge.label(cpu, host.host_info())]
     assert here["cases"] == len(cases(cpu)) and here["findings"] == 0
     assert report["totals"]["cases"] == len(rows) and len(report["findings"]) == H200_FIXTURES
     assert all(f["host"] == "h200/h200_tg_asbuilt" and f["fixture"] for f in report["findings"])
@@ -118,4 +119,4 @@ def test_a_summary_only_run_merges_with_its_counts_and_a_single_run_reports_its_
     assert hosts["nogemm_dsv3"]["cases"] == summary["cases"] and hosts["nogemm_dsv3"]["status"] == summary["status"]
 
     single = json.loads((cpu / "report.json").read_text())["hosts"]
-    assert [h["host"] for h in single] == [merge.host_info()["hostname"]] and single[0]["cases"] == len(cases(cpu))
+    assert [h["host"] for h in single] == [host.host_info()["hostname"]] and single[0]["cases"] == len(cases(cpu))

@@ -1,4 +1,4 @@
-"""difftest/artifacts/report.py and report_html.py: the campaign report renders from a run directory written with
+"""difftest/readers/report.py and report_html.py: the campaign report renders from a run directory written with
 the tester's own row, summary and fixture writers, holds the input's numbers, loads nothing from the network, and
 reads in a browser (headless Chromium screenshot where Chromium is installed)."""
 
@@ -13,12 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from difftest.artifacts import fixtures, report, report_html, rundir
 from difftest.checking import impl_spec, interface
 from difftest.checking.check import Result
 from difftest.model import generate, presets
 from difftest.model.case import CONFIGS, Case, MoEConfig, QuantConfig, RoutingConfig
+from difftest.readers import report, report_html
 from difftest.running import campaign
+from difftest.store import fixtures, rundir
 
 pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (extra 'report')")
 
@@ -318,7 +319,7 @@ def test_every_value_the_strategies_draw_has_a_coverage_cell(op):
     floors = {name: (b[op] if isinstance(b, dict) else b) for _, ops, name, b in report.SHAPE_AXES if op in ops}
 
     @settings(max_examples=300, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.one_of([configs for _, configs in campaign.slices(op)]))
+    @given(st.one_of([configs for _, configs in strategies.slices(op)]))
     def check(config):
         row = {"case": {"config": json.loads(json.dumps(config.__dict__, default=lambda o: o.__dict__))}}
         for name, values in domains.items():

@@ -21,11 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from difftest import cli
-from difftest.artifacts import embed, fixtures, reproducer
 from difftest.checking import check, impl_spec, interface
 from difftest.checking.impl_torch import TORCH
 from difftest.model import generate, strategies
 from difftest.model.case import DEV_KERNELS
+from difftest.readers import embed, reproducer
+from difftest.store import fixtures
 from impls.torch_eager import trtllm_ops as te_ops
 
 ROOT = Path(__file__).resolve().parents[3]

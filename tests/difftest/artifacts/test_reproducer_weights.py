@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from difftest.artifacts import fixtures, reproducer
 from difftest.checking import interface
 from difftest.model import generate
 from difftest.model.case import Case, MoEConfig, RoutingConfig
+from difftest.readers import reproducer
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[3]
 MOE_FIXTURE = ROOT / "fixtures" / "moe-torch-051d5a51d11b"

@@ -485,7 +485,7 @@ def test_contract_errors_are_the_implementations_with_the_contract_stated(case, 
 def test_every_failing_output_is_listed_first_in_output_order():
     """A zero scale and the NaN it made (the dev kernels' finalize on a zero block): both outputs are named,
     the scale first (compare.OUTPUT_ORDER), and the message is the scale's."""
-    from difftest.artifacts import fixtures
+    from difftest.store import fixtures
 
     fx = fixtures.load(Path(__file__).resolve().parents[3] / "fixtures"
                        / "flashinfer-trtllm_gen_dev_ops-finalize_deepseek_fp8_zero_block")

@@ -7,13 +7,13 @@ exception out of run() stays the implementation's finding (kind error)."""
 import pytest
 from hypothesis import settings
 
-from difftest.artifacts import fixtures
 from difftest.checking import check, interface
 from difftest.checking.impl_spec import SPEC
 from difftest.model.case import Case, RoutingConfig
 from difftest.model.generate import inputs
 from difftest.running import campaign, pipeline
 from difftest.running.isolation import IsolatedRunner
+from difftest.store import fixtures
 from impls.flashinfer import _trtllm_gen_jit as jit
 
 # Plug-ins that raise on cases of 3 tokens or more (so the smaller ones are compared), each in its own way.

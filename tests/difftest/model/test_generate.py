@@ -282,7 +282,7 @@ W_KEYS = ("w13", "w13_scale", "w2", "w2_scale")
 
 
 def test_weight_seed_fixes_the_weights_and_defaults_to_the_case_seed():
-    from difftest.artifacts.fixtures import weights_digest
+    from difftest.store.fixtures import weights_digest
 
     a, b = Case("moe", SMALL_MOE, "normal", 1, weight_seed=0), Case("moe", SMALL_MOE, "normal", 2, weight_seed=0)
     assert weights_digest(a) == weights_digest(b) == weights_digest(Case("moe", SMALL_MOE, "normal", 0))

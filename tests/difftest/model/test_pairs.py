@@ -15,12 +15,11 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
-from difftest.artifacts import rundir
 from difftest.checking.check import run_case
 from difftest.checking.impl_spec import SPEC
-from difftest.model import pairs, where
+from difftest.model import pairs, strategies, where
 from difftest.model.case import CONTRACT, Case, QuantConfig
-from difftest.running import campaign
+from difftest.store import rundir
 
 ROOT = Path(__file__).resolve().parents[3]
 # Quant cells pinned to one value on every pairwise field but scale_fmt, layout and num_tokens: 81 candidate pairs
@@ -97,7 +96,7 @@ def test_every_witness_of_a_reachable_pair_is_compared(op):
     """Reachable means compared: the witness of each pair runs through the spec without a skip (the case model
     refusing what the spec refuses, like group_mask_value 0.0 on a method other than deepseek_v2)."""
     witnesses = {}
-    for _, configs in campaign.slices(op):
+    for _, configs in strategies.slices(op):
         for pair, config in pairs.reachable(op, configs, {}, SPEC.unsupported).items():
             witnesses.setdefault(Case(op, config).to_json(), pair)
     skipped = [(pairs.show(p), r.message) for text, p in witnesses.items()
@@ -119,11 +118,11 @@ def run(strategy, on_draw, run_seed, examples):
 def covered_after(op, odds, run_seed, turns, examples):
     """Pairs covered in `turns` Hypothesis runs of `examples` each over op's slices, steered at `odds` (0: not)."""
     pw = pairs.Pairwise()
-    for turn, (_, configs) in itertools.product(range(turns), campaign.slices(op)):
+    for turn, (_, configs) in itertools.product(range(turns), strategies.slices(op)):
         cell = pw.cell(ANY, op, configs)
         run(pairs.steered(configs, op, cell, odds), lambda c, cell=cell: cell.saw(Case(op, c)),
             run_seed * 1000 + turn, examples)
-    reach = set().union(*(pairs.reachable(op, c, {}, ANY.unsupported) for _, c in campaign.slices(op)))
+    reach = set().union(*(pairs.reachable(op, c, {}, ANY.unsupported) for _, c in strategies.slices(op)))
     return len(reach & pw.covered[ANY.name, op]), len(reach)
 
 
@@ -140,7 +139,7 @@ def test_steering_covers_more_pairs_in_the_same_examples():
 def test_a_steered_strategy_draws_the_same_while_coverage_grows():
     """Hypothesis replays and shrinks a choice sequence within one fuzz_cell call: the uncovered pairs are fixed
     when the strategy is built, so marking pairs covered meanwhile changes nothing it draws."""
-    _, configs = campaign.slices("moe")[0]
+    _, configs = strategies.slices("moe")[0]
     cell = pairs.Pairwise().cell(ANY, "moe", configs)
     strategy = pairs.steered(configs, "moe", cell, 1)
 
@@ -184,7 +183,7 @@ def test_fuzz_prints_the_pairwise_coverage_it_records(tmp_path):
     assert line == pairs.summary_line(recorded)
     assert 0 < recorded["covered"] < recorded["reachable"]
     recount = pairs.coverage(map(json.loads, rundir.read_lines(out)),
-                             [(SPEC, "spec", "quant", c) for _, c in campaign.slices("quant")])
+                             [(SPEC, "spec", "quant", c) for _, c in strategies.slices("quant")])
     assert recount == recorded
 
 

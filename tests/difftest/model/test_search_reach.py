@@ -92,7 +92,7 @@ def test_a_turn_spends_few_cases_on_no_tokens_or_the_simplest():
     from difftest.model import pairs
 
     rows, pw = [], pairs.Pairwise()
-    for i, (_, configs) in enumerate(campaign.slices("routing")[:4]):
+    for i, (_, configs) in enumerate(strategies.slices("routing")[:4]):
         stop, mine = threading.Event(), []
 
         def record(row, stop=stop, mine=mine):

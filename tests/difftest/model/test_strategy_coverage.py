@@ -9,12 +9,11 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from difftest.artifacts.report import coverage
 from difftest.checking.impl_torch import TORCH
 from difftest.model import strategies
 from difftest.model.case import FIELD_DOMAINS, OPS, Case
 from difftest.model.generate import DISTS
-from difftest.running import campaign
+from difftest.readers.report import coverage
 
 
 def _key(v):
@@ -64,7 +63,7 @@ def test_space_only_values_are_drawn_through_a_filter():
 def drawn(op):
     """{field: {value}} of the cases torch accepts among those the default profile draws in op's campaign cells."""
     seen = {field: set() for field in (*strategies.REACHABLE[op], "dist", "model_width_dist")}
-    for _, configs in campaign.slices(op):
+    for _, configs in strategies.slices(op):
         @settings(max_examples=settings.default.max_examples, derandomize=True, database=None, deadline=None,
                   suppress_health_check=list(HealthCheck))
         @given(strategies.cases(op, configs))

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftest.artifacts import rundir
 from difftest.model import presets, where
 from difftest.model.where import Constraint, WhereError
+from difftest.store import rundir
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"

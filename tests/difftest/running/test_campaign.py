@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from difftest.artifacts import fixtures
 from difftest.checking import interface
+from difftest.model import strategies
 from difftest.model.case import OPS
 from difftest.running import campaign
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[3]
-SLICES = [(op, label) for op in OPS for label, _ in campaign.slices(op)]
+SLICES = [(op, label) for op in OPS for label, _ in strategies.slices(op)]
 pytestmark = pytest.mark.campaign
 
 
@@ -52,7 +53,7 @@ def test_campaign(impl_name, op, label, tmp_path):
     impl = interface.load(impl_name)
     if op is None:
         pytest.skip(f"{impl_name}: {impl.available()}")
-    configs = dict(campaign.slices(op))[label]
+    configs = dict(strategies.slices(op))[label]
     res = campaign.fuzz_cell(impl, impl_name, op, configs=configs, fixtures_root=tmp_path / "fixtures")
     assert res.finding is None, res.finding
     if res.skipped_all():  # a cell that compared nothing is no pass

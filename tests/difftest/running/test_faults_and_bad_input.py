@@ -23,13 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from difftest import cli
-from difftest.artifacts import fixtures, rundir
 from difftest.checking import check, impl_spec
 from difftest.model import generate
 from difftest.model.case import Case, CaseError, QuantConfig, RoutingConfig
 from difftest.running import run as fuzz_run
 from difftest.running.isolation import pending_cases
 from difftest.selftest import bug_models
+from difftest.store import fixtures, rundir
 
 ROOT = Path(__file__).resolve().parents[3]
 FAULTY = "tests/plugins/faulty_impls.py"
@@ -465,7 +465,7 @@ def argv_sandbox():
 def test_fuzzed_command_lines_exit_0_1_2_with_one_line_errors(argv_sandbox, monkeypatch):
     ran = []
     # a valid fuzz command line is validated for real, then not run (a campaign takes minutes)
-    monkeypatch.setattr(fuzz_run, "run_campaign", lambda args, out: ran.append(out) or 0)
+    monkeypatch.setattr(fuzz_run, "run_campaign", lambda args, out, after=None: ran.append(out) or 0)
     before = _tree(ROOT)
     cwd = os.getcwd()
 

@@ -14,15 +14,8 @@ import pytest
 
 from difftest.model.case import Case, RoutingConfig
 from difftest.model.generate import inputs
-from difftest.running.isolation import (
-    IsolatedRunner,
-    WorkerStartError,
-    atomic_write_bytes,
-    atomic_write_text,
-    create_dir_exclusive,
-    pending_cases,
-    settle_pending,
-)
+from difftest.running.isolation import IsolatedRunner, WorkerStartError, pending_cases, settle_pending
+from difftest.store.atomic import atomic_write_bytes, atomic_write_text, create_dir_exclusive
 from tests.plugins import faulty_impls
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from difftest.artifacts import fixtures
 from difftest.checking import interface
 from difftest.model import presets
-from difftest.running import campaign, signatures
+from difftest.running import campaign
 from difftest.running.isolation import Outcome
-from difftest.running.signatures import Signature, field_of, slice_of
+from difftest.store import fixtures, signatures
+from difftest.store.signatures import Signature, field_of, slice_of
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "plugin_example.py"

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from difftest.artifacts import fixtures
 from difftest.checking import interface
 from difftest.running import campaign, pipeline
 from difftest.running.run import campaign_cells
+from difftest.store import fixtures
 from tests.plugins import pipeline_impls
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from difftest.artifacts import fixtures, rundir
 from difftest.running import database
+from difftest.store import fixtures, rundir
 
 redis = pytest.importorskip("redis", reason="the redis client is not installed (pip install 'moe-difftest[test]')")
 

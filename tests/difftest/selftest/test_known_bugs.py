@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftest.artifacts import fixtures, replay
 from difftest.checking import check, impl_spec, interface
 from difftest.model import generate
 from difftest.model.case import Case
+from difftest.readers import replay
 from difftest.selftest import known_bugs
+from difftest.store import fixtures
 
 ROOT = Path(__file__).resolve().parents[3]
 PREFIX = "bug:K"  # registry names (difftest/checking/interface.py SELF_TEST)
@@ -57,7 +58,8 @@ def test_fixture_stores_the_signatures_its_model_fails_with(path):
     """The signatures a K fixture stores (what `fuzz --known fixtures/` matches) are those its model's failure has
     under today's comparison: every failing output, the first first (a change of compare.OUTPUT_ORDER or of a
     check shows here, and the fixtures are migrated with it)."""
-    from difftest.running import campaign, signatures
+    from difftest.running import campaign
+    from difftest.store import signatures
 
     fx = fixtures.load(path)
     result, kind, _ = campaign.run_classified(interface.load(fx.impl_ref), fx.case, fx.inputs)

@@ -1,5 +1,5 @@
 """`python -m difftest merge RUN_DIR... --out DIR`: run directories from many hosts as one run directory
-(difftest/artifacts/rundir.md), which `python -m difftest report DIR` renders with a per-host breakdown.
+(difftest/store/rundir.md), which `python -m difftest report DIR` renders with a per-host breakdown.
 
 Each case row gains `host` (its run's host label); rows identical in content (host included: the same run
 merged twice) are kept once. Fixtures are deduplicated by the digest of their files: the same fixture from two
@@ -12,32 +12,15 @@ summary and fixtures only) contributes its summary and fixtures. Case rows are r
 
 import hashlib
 import json
-import platform
 import shutil
-import socket
-import subprocess
 from collections import Counter
 from pathlib import Path
 
-from ..running.isolation import atomic_write_text
-from . import rundir
+from ..store import rundir
+from ..store.atomic import atomic_write_text
 from .report import NO_CASES, ReportError, read_run
 
 HOST_FILE = "host.json"  # beside summary.json, for runs recorded before summary.json had a "host"
-
-
-def host_info():
-    """Where a campaign ran: hostname, CPU, each GPU's name and driver (nvidia-smi), package versions."""
-    from .fixtures import _versions
-
-    gpus = []
-    if shutil.which("nvidia-smi"):
-        listing = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, check=False, timeout=30).stdout
-        gpus = [dict(zip(("name", "driver"), (p.strip() for p in line.split(",", 1)), strict=False))
-                for line in listing.splitlines() if line.strip()]
-    return {"hostname": socket.gethostname(), "cpu": f"{platform.machine()} {platform.processor()}".strip(),
-            "gpus": gpus, "packages": _versions()}
 
 
 def host_of(run_dir, summary):
@@ -189,6 +172,6 @@ def _run_fields(runs, rows):
         "worker_errors": [],
         "interrupted": None,
         "compared": sum(1 for r in rows if r["status"] != "skip"),
-        "hosts": {h["host"]: h for h in hosts},  # difftest/artifacts/rundir.md
+        "hosts": {h["host"]: h for h in hosts},  # difftest/store/rundir.md
         "merged_from": [run["source"] for run in runs],
     }

@@ -1,4 +1,4 @@
-"""The page of `python -m difftest report`: report.json's object (difftest/artifacts/report.py builds it from a run
+"""The page of `python -m difftest report`: report.json's object (difftest/readers/report.py builds it from a run
 directory and calls this) as one self-contained HTML page, with the plots as PNGs drawn with matplotlib's Agg canvas
 (no pyplot state) and embedded as data: URIs. Everything here reads the report object only, never the run directory.
 The plot's error/bound axis, the wording of a missing value and the order of the statuses live here, and report.py

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..checking import interface
-from . import fixtures, reproducer
+from ..store import fixtures
+from . import reproducer
 
 NOTES_FIELDS = ("notes", "root_cause")  # case.json fields a person writes the traced cause in (first one present)
 SCRIPT, REPORT = "repro.py", "REPORT.md"  # the names the committed reports use, beside their fixture's case.json

@@ -1,4 +1,4 @@
-"""The text of `show --script`'s reproducer (difftest/artifacts/reproducer.py fills it in): the script's skeleton
+"""The text of `show --script`'s reproducer (difftest/readers/reproducer.py fills it in): the script's skeleton
 (SCRIPT: its docstring, constants, main and exit statuses) and the loaders that give main its implementation, an
 embedded adapter (ADAPTER_LOADER; MOE_ADAPTER_LOADER regenerates the expert weights too) or an imported reference
 (REFERENCE_LOADER). Text only: the checks the script runs are reproducer.py's STANDALONE functions, copied by their

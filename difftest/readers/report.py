@@ -1,8 +1,8 @@
-"""`python -m difftest report RUN_DIR`: a campaign's run directory (difftest/artifacts/rundir.md) as one self-contained
+"""`python -m difftest report RUN_DIR`: a campaign's run directory (difftest/store/rundir.md) as one self-contained
 page, RUN_DIR/report.html, and the numbers it shows, RUN_DIR/report.json.
 
 Every number on the page, plots included, is read from report.json: this module reads the run directory and
-builds report.json's object, difftest/artifacts/report_html.py draws the page from that object alone. Plots are PNGs
+builds report.json's object, difftest/readers/report_html.py draws the page from that object alone. Plots are PNGs
 drawn with matplotlib's Agg canvas (no pyplot state) and embedded as data: URIs; the page loads nothing from
 anywhere, so a run directory copied off a GPU machine renders and reads the same on a laptop. A campaign killed
 before it merged its cases-*.jsonl into cases.jsonl.gz still renders from the parts; a run recorded before the rows
@@ -36,8 +36,8 @@ from ..model.case import (
 )
 from ..model.generate import DISTS
 from ..model.strategies import REACHABLE
-from ..running.isolation import atomic_write_text
-from . import rundir
+from ..store import rundir
+from ..store.atomic import atomic_write_text
 from .report_html import (
     BINS_PER_DECADE,
     NOT_RECORDED,
@@ -216,7 +216,7 @@ def _axis(rows, impls, values, value_of, excluded, extra=None):
 
 def run_filters(summary, op, impls):
     """{impl: {field: where.Constraint}}: what the run drew op's configurations from, for each implementation
-    (--model's preset, --where, the implementation's declared space; summary.json, difftest/artifacts/rundir.md)."""
+    (--model's preset, --where, the implementation's declared space; summary.json, difftest/store/rundir.md)."""
     from ..model import presets, where
 
     def both(a, b):

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from ..checking import interface
 from ..model.case import CaseError
+from ..store import fixtures
 from ..usage import UsageError, table
-from . import fixtures
 
 REPLAY_OUTCOME = {"mismatch": "fail", "error": "error", "crash": "crash", "hang": "hang"}  # by fixture kind
 CANNOT_RUN = "cannot-run"  # the recorded implementation's outcome when its reference does not load
@@ -110,7 +110,7 @@ def another_failure(fx, impl_name, kind, failures):
     the fixture stores, the finding's own first; else "now ..., recorded ..." naming both. The op and the slice
     come from the case and the implementation's name may have changed since recording, so kind and field are
     compared. A fixture written before fixtures stored signatures is not checked (its field came from a message)."""
-    from ..running.signatures import signatures
+    from ..store.signatures import signatures
 
     stored = fx.meta.get("signatures")
     if not stored:

@@ -13,7 +13,7 @@ the recipe's bound (tokens within 2δ of a routing tie unbounded); a trtllm_ops 
 an interval over the allowed scales where it requantizes. The checks are the functions below marked STANDALONE,
 copied into the script by their source: numpy only.
 
-The implementation: a FlashInfer or SGLang adapter is embedded in the script (difftest/artifacts/embed.py: the
+The implementation: a FlashInfer or SGLang adapter is embedded in the script (difftest/readers/embed.py: the
 adapter and the project modules it imports, verbatim), so the script needs numpy, torch and the kernel's package,
 not this project. The expert weights a moe adapter takes are not stored: the script regenerates them from the
 case's weight seed with difftest's own generator (GENERATOR, numpy only, copied by its source; WEIGHTS holds its
@@ -24,7 +24,7 @@ file (relative to the script) or module. Exit status 1 while the bug is there, 0
 
 The difftest comparison stays the judge (`python -m difftest replay`); a reproducer's checks are the same rules or,
 where a requantization may pick another scale or a token is a near tie, looser. The script's own text (its skeleton
-and the loaders of its implementation) is difftest/artifacts/reproducer_templates.py's; this module fills it in.
+and the loaders of its implementation) is difftest/readers/reproducer_templates.py's; this module fills it in.
 """
 
 import ast

@@ -39,7 +39,7 @@ from spec.recipes import Recipe
 
 from ..model import generate
 from ..model.case import Case, CaseError
-from ..running.isolation import atomic_write_bytes, atomic_write_text, create_dir_exclusive
+from .atomic import atomic_write_bytes, atomic_write_text, create_dir_exclusive
 
 SCHEMA = 1
 # bytes of inputs stored in inputs.npz; larger inputs: generator + seed + SHA-256 (so a fixture's files, inputs and
@@ -270,8 +270,8 @@ def write(root, case, impl_ref, impl, recipe, observed, expected, *, status="ope
 
 def recorded_signatures(case, impl_name, kind, observed):
     """[[op, implementation, kind, field, slice], ...] of a failure, one per failing field of
-    ``observed["failures"]``, the finding's own first (difftest/running/signatures.py)."""
-    from ..running.signatures import row_fields, signatures
+    ``observed["failures"]``, the finding's own first (difftest/store/signatures.py)."""
+    from .signatures import row_fields, signatures
 
     fields = row_fields({**observed, "kind": kind, "impl": impl_name})
     return [list(s) for s in signatures(case.op, impl_name, kind, fields, case.config)]
@@ -280,7 +280,7 @@ def recorded_signatures(case, impl_name, kind, observed):
 def _check_signatures(path, meta, case, kind):
     """A fixture's stored signatures, where it has them: a non-empty list of five strings each, whose op, kind and
     slice are the case's and the fixture's (what ``fuzz --known`` matches must be this fixture's cell)."""
-    from ..running.signatures import slice_of
+    from .signatures import slice_of
 
     sigs = meta.get("signatures")
     if sigs is None:  # written before fixtures stored signatures: campaign.fixture_signatures derives one

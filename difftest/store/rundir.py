@@ -1,4 +1,4 @@
-"""The case rows of a run directory (format: difftest/artifacts/rundir.md): written compressed as cases.jsonl.gz; a
+"""The case rows of a run directory (format: difftest/store/rundir.md): written compressed as cases.jsonl.gz; a
 cases.jsonl of a run recorded before the rows were compressed is read the same way, and replaced by the .gz
 the next time rows are merged into that directory. summarize merges the workers' cases-*.jsonl into it and counts
 the rows for summary.json (`fuzz`, `merge`); this_run and cell_shares count this run's rows before that merge."""
@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ..running.isolation import atomic_write_bytes
+from .atomic import atomic_write_bytes
 
 CASES = "cases.jsonl.gz"
 PLAIN = "cases.jsonl"  # runs recorded before the rows were compressed
@@ -108,7 +108,7 @@ def cell_shares(out):
 
 def summarize(out):
     """Merge cases-*.jsonl into cases.jsonl.gz (after the rows of earlier runs into the same directory, from
-    a plain cases.jsonl too; torn lines dropped and counted) and count (format: difftest/artifacts/rundir.md). The
+    a plain cases.jsonl too; torn lines dropped and counted) and count (format: difftest/store/rundir.md). The
     merged file replaces the old one atomically before the parts are removed: a kill in between can
     duplicate rows, never lose them."""
     parts = sorted(out.glob("cases-*.jsonl"))
