@@ -622,7 +622,7 @@ CAUSES = """
 
 - `spec.hopper.hopper_block_sums`: integer arithmetic on the exponent-aligned significands (E of every step from
   one matrix product, terms truncated in units of 2^(E-13), the e8m13 truncation on float32 bit fields), bit for
-  bit the `hopper_fp8_step` chain, which stays as the reference (tests/test_quant.py compares them on every kind
+  bit the `hopper_fp8_step` chain, which stays as the reference (tests/spec/test_quant.py compares them on every kind
   of code, with Hypothesis, and on the regenerated operands of the 2,097,152 H200 block sums). 48 mono_moe
   cases + 12 SGLang-recipe cases on the mono_moe weights: every output, bound and flip identical, 239 s -> 54-62 s
   (wall, load 5-9).

@@ -14,7 +14,7 @@
 # a fuzz run; a pipelined run holds it until its last kernel call.
 # The rows of the 2026-12-01 run are committed as benchmarks/h200_pipeline.json (benchmarks/run.py renders them).
 # On a CPU machine the same script measures a fake device: IMPLS=fake bash campaigns/pipeline_bench.sh OUT 30
-# (tests/pipeline_impls.py:SLOW_DEVICE, torch on CPU with a 10 ms sleep per call).
+# (tests/plugins/pipeline_impls.py:SLOW_DEVICE, torch on CPU with a 10 ms sleep per call).
 O=$1; S=${2:-60}; mkdir -p $O /tmp/site
 exec > >(tee $O/log.txt) 2>&1
 if [ -f .carry/flashinfer.tar.xz ]; then
@@ -73,7 +73,7 @@ bench() {  # name impl [fuzz/pipeline options...]
 # them over calls: IMPLS=mono_moe, then the other three).
 for name in ${IMPLS:-mono_moe fused_topk_deepseek trtllm_gen_routing torch_cuda}; do
   case $name in
-    fake) bench fake_slow_device tests/pipeline_impls.py:SLOW_DEVICE --op routing ;;
+    fake) bench fake_slow_device tests/plugins/pipeline_impls.py:SLOW_DEVICE --op routing ;;
     mono_moe) bench mono_moe flashinfer.mono_moe --model mono-moe ;;
     fused_topk_deepseek) bench fused_topk_deepseek flashinfer.fused_topk_deepseek --model deepseek-v3 --op routing ;;
     trtllm_gen_routing) bench trtllm_gen_routing impls.flashinfer.trtllm_gen_routing:AS_BUILT \

@@ -11,7 +11,7 @@ experts (torch.topk: no promised tie order); weights σ[ids] divided by their su
 routed_scaling_factor in the logits' dtype, returned as fp32. Against the fp32 spec these weights differ by a
 bf16 rounding and ids flip at bf16 near-ties: correct for this arithmetic, which ``recipe`` declares
 (spec/recipes.py VLLM_GROUPED_TOPK_BF16; _FP16 for fp16 logits, where σ below 2^-25 is 0).
-tests/test_plugin_example.py shows it failing under the spec's default recipe and passing under its own.
+tests/examples/test_plugin_example.py shows it failing under the spec's default recipe and passing under its own.
 """
 
 import torch

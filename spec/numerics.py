@@ -98,7 +98,7 @@ def _round(x, fmt, saturate):
         raise ValueError("e8m0 has no rounding rule here (scales are rounded in spec/quant): use encode")
     x = _float64(x)
     if fmt is FP64 or fmt is FP32:  # float64 is its own RNE; the machine's float64 -> float32 conversion is
-        with np.errstate(over="ignore", invalid="ignore"):  # this rule (tests/test_numerics.py); invalid: sNaN
+        with np.errstate(over="ignore", invalid="ignore"):  # this rule (tests/spec/test_numerics.py); invalid: sNaN
             r = x if fmt is FP64 else x.astype(np.float32).astype(np.float64)
         return np.where(np.abs(r) > fmt.max, np.copysign(fmt.max, x), r) if saturate else r
     return _round_rne(x, fmt, saturate)

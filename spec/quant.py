@@ -48,7 +48,7 @@ class QuantPath(NamedTuple):
 
 
 # The quant paths, one row each: every consumer (spec/layer.py, difftest's case model, strategies and presets) reads
-# this table, and tests/test_quant_paths.py fails when a path lacks one of them.
+# this table, and tests/project/test_quant_paths.py fails when a path lacks one of them.
 QUANT_TABLE = {
     "bf16": QuantPath(scheme=None, element="bf16", scale=None, block=None, whole_blocks=False, scale_fmts=("fp32",),
                       weight_forms=("fp32",)),  # its bf16 weights are its prepared ones

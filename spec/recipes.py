@@ -312,7 +312,7 @@ SGLANG_TOPK_SOFTMAX = Recipe(name="sglang_topk_softmax", exp="ex2", subnormals="
                              shared_weight="routed_sum_over_rsf")
 
 # The project's torch eager implementation (impls/torch_eager/recipe.py declares the same, per quant path;
-# tests/test_recipes.py holds the two equal): exact fp32 sigmoid, bf16 GEMM1/activation/expert stores, the
+# tests/spec/test_recipes.py holds the two equal): exact fp32 sigmoid, bf16 GEMM1/activation/expert stores, the
 # intermediate re-quantized 1×128 (1×32, 1×16 for mxfp8, nvfp4) from its bf16 value, router weight on GEMM2's
 # fp32 output, fp32 combine; ties to the lower index (a stable descending sort); fused shared experts Σ/rsf.
 TORCH_EAGER_FP8_BLOCK = Recipe(name="torch_eager_fp8_block", tie_rule="lower_index",

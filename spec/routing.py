@@ -106,7 +106,7 @@ def _from_recipe(name):
 
 
 # Every option a routing call reads, in one place: difftest's RoutingConfig.route_kwargs, the case checks, the
-# recipe's rounding points and the spec's own arithmetic read their names here (tests/test_routing_options.py).
+# recipe's rounding points and the spec's own arithmetic read their names here (tests/project/test_routing_options.py).
 OPTIONS = {
     "top_k": Option(None, "case", None),
     "n_group": Option(1, "case", None),

@@ -5,7 +5,7 @@ Profiles: "difftest-ci" (derandomized, no deadline, small budget, print_blob), "
 (CI=true) gets "difftest-ci" and everything else "dev". Selecting ours is what keeps Hypothesis' own auto-loaded "ci"
 profile (no database, ...) out. The setting db (docs/settings.md: ``[tool.difftest] db`` or DIFFTEST_SETTINGS) names a
 shared example database (resume / share campaigns). ``--impl NAME`` (repeatable or comma-separated) picks the
-implementations of tests/test_campaign.py.
+implementations of tests/difftest/running/test_campaign.py.
 """
 
 import os
@@ -55,8 +55,9 @@ settings.load_profile(PROFILE)
 
 def pytest_addoption(parser):
     parser.addoption("--impl", action="append", metavar="NAME",
-                     help="implementations for tests/test_campaign.py (repeatable or comma-separated): registry names, "
-                          "module:NAME or file.py:NAME references; default every known one")
+                     help="implementations for tests/difftest/running/test_campaign.py (repeatable or "
+                          "comma-separated): registry names, module:NAME or file.py:NAME references; default every "
+                          "known one")
 
 
 def selected_impls(config):

@@ -5,7 +5,7 @@
 # importable, and the trtllm-gen batched-GEMM cubins for SM100: flashinfer-cubin of the same version installed, or
 # FLASHINFER_CUBIN_DIR holding them (offline the adapters refuse up front instead, docs/semantics.md §5.4).
 # Steps, each under its own timeout (BUDGET seconds a campaign, default 120; WORKERS, default 4):
-#   1. the CPU contract tests of the three adapters (tests/test_sm100_contract.py)   -> OUT/contract.log
+#   1. the CPU contract tests of the three adapters (tests/impls/test_sm100_contract.py)   -> OUT/contract.log
 #   2. `python -m difftest impls`: each adapter available, or the reason              -> OUT/impls.txt
 #   3. a fresh-seed campaign per adapter with --known fixtures/                       -> OUT/NAME/{log.txt,summary.json}
 # flashinfer.trtllm_fp4_block_scale_moe declines every case until the case model carries NVFP4 activation global
@@ -19,7 +19,7 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHO
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader; git log --oneline -1 2> /dev/null
 
 echo "== 1. contract tests (CPU)"
-timeout -k 10 300 python3 -m pytest tests/test_sm100_contract.py -p no:cacheprovider -q -n 0 > "$O/contract.log" 2>&1
+timeout -k 10 300 python3 -m pytest tests/impls/test_sm100_contract.py -p no:cacheprovider -q -n 0 > "$O/contract.log" 2>&1
 echo "contract tests exit $?"; tail -n 3 "$O/contract.log"
 
 echo "== 2. availability"

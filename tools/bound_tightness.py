@@ -2,13 +2,13 @@
 
     python tools/bound_tightness.py
 
-Non-vacuity: the setup of tests/test_bounds.py::test_hard_bound_is_not_vacuous (128 tokens, 4 experts, top-2,
+Non-vacuity: the setup of tests/spec/test_bounds.py::test_hard_bound_is_not_vacuous (128 tokens, 4 experts, top-2,
 swiglu, expert and layer outputs in fp32 so that a bf16 output rounding does not decide), the spec summed in
 another legitimate order (reversed K in fp32, with additions that round toward zero for a tensor_core recipe;
 Hopper recipes: whole K blocks reversed, their block sums emulated) against the recipe-exact spec: max
 |error|/bound on non-negative inputs (the test's) and on signed ones, and the median bound/|out| on signed inputs.
 Then the Hopper recipes' bound against exact sums
-(accumulate="exact", tests/test_bounds.py::test_hopper_bound_against_exact_sums_is_not_of_the_order_of_out)
+(accumulate="exact", tests/spec/test_bounds.py::test_hopper_bound_against_exact_sums_is_not_of_the_order_of_out)
 and against their emulated sums: median bound/|out|.
 """
 
@@ -18,14 +18,13 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-import test_bounds as tb  # noqa: E402
-from test_layer import problem, quantized_weights  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from spec import bounds, recipes  # noqa: E402
 from spec.layer import moe_layer  # noqa: E402
 from spec.numerics import round_to  # noqa: E402
+from tests.spec import test_bounds as tb  # noqa: E402
+from tests.spec.test_layer import problem, quantized_weights  # noqa: E402
 
 
 def reordered(path, recipe, H, I, signed):

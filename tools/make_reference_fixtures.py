@@ -8,7 +8,7 @@ the spec and comparator once rejected it, so each fixture is written "fixed": it
 implementation under its recipe. The observed field is the failure before the fix: R01 and R03 re-run under the
 recipe the implementation could declare before (the FlashInfer group rule; fp32 routing arithmetic), R02 is
 the message of the comparator at d654217 (its rule is gone). Which cases and why:
-tests/test_reference_semantics.py.
+tests/spec/test_reference_semantics.py.
 """
 
 import argparse

@@ -11,15 +11,15 @@ Statistic. For a token t of a moe case and its compared output elements j (both 
 
 The unit is the token, not the element: a single upstream rounding flip of one intermediate element moves every
 output of its token through one column of W2, and when that element dominates the token (top-1, a spiky
-activation, a small I) the whole row moves one way together (tests/test_bias.py builds such a token). Tokens
-are independent: an implementation computes each token's row from that token's inputs (and shared weights).
+activation, a small I) the whole row moves one way together (tests/difftest/checking/test_bias.py builds such a token).
+Tokens are independent: an implementation computes each token's row from that token's inputs (and shared weights).
 
 Assumption (H0, a correct implementation of the recipe): given everything observed before it and its own
 inputs, each token's d_t is symmetric (d_t and −d_t have the same distribution). This is the usual model of
 round-to-nearest errors as symmetric random variables (Higham & Mary 2019), applied to what differs between
 two implementations of one recipe: the summation order of fp32 accumulations and the roundings that follow.
-tests/test_bias.py checks it on correct implementations (torch eager, the spec under other summation orders):
-their evidence stays near 1 where a one-way bug's grows without bound.
+tests/difftest/checking/test_bias.py checks it on correct implementations (torch eager, the spec under other summation
+orders): their evidence stays near 1 where a one-way bug's grows without bound.
 
 What H0 needs, and where it holds (``not_applicable``, the one statement of this rule). The tested quantity is
 out_t − spec_t, spec the recipe-exact layer at the implementation's ids (or, without them, at tokens whose
@@ -32,8 +32,9 @@ where the recipe leaves the implementation a choice, and H0 needs each such choi
     nearest. gemm_acc "tensor_core" declares additions that may round toward zero: not applicable.
   - the functions the recipe declares rounded once (the activation, σ "exact", exp "rn"): reproduced by a
     correct implementation. torch's are within an ulp but not all correctly rounded (its fp32 gelu with tanh
-    errs toward zero more often than away on negative inputs); the correct implementations of tests/test_bias.py
-    and their fuzz campaigns (docs/comparisons.md) measure what that leaves at the outputs: no evidence.
+    errs toward zero more often than away on negative inputs); the correct implementations of
+    tests/difftest/checking/test_bias.py and their fuzz campaigns (docs/comparisons.md) measure what that leaves at the
+    outputs: no evidence.
   - constants are applied as the spec applies them: rsf at the combine is a double (spec.layer._combine); an
     implementation that rounds it to fp32 moves every output by fl(rsf)/rsf − 1, one way, and is rejected where
     the outputs keep fp32 precision (docs/comparisons.md: the convention is open).

@@ -236,7 +236,7 @@ CONFIGS = {"routing": RoutingConfig, "quant": QuantConfig, "moe": MoEConfig, "tr
 
 # The configuration fields with few values, per op, and every value the check_* functions below accept for them
 # (sizes, counts, seeds and scaling factors are ranges, not listed). strategies.REACHABLE draws each of them
-# (tests/test_strategy_coverage.py).
+# (tests/difftest/model/test_strategy_coverage.py).
 BOOLS = (False, True)
 ROUTING_DOMAINS = {"method": ROUTING_METHODS, "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES),
                    "renormalize": BOOLS, "group_mask_value": GROUP_MASK_VALUES, "tile_tokens_dim": (None, *TILE_TOKENS)}

@@ -58,9 +58,9 @@ SPARSE_ROW_TERMS = 16
 DISTS = {"routing": ROUTING_DISTS, "moe": MOE_DISTS, "quant": QUANT_DISTS, "trtllm_ops": DEV_DISTS}
 # The names a fixture records for the generator of its inputs and of its expert weights (case.json "inputs" /
 # "weights" "generator"): names of what inputs() and expert_weights() compute, not import paths, so moving this module
-# touches no fixture. A change to what they compute changes the digests pinned in tests/test_difftest_generate.py and
-# gets a new name. LEGACY_GENERATORS: earlier labels whose fixtures this generator still reproduces: the module paths
-# fixtures were written with before they had names, and inputs/1, which differs from inputs/2 only under the moe
+# touches no fixture. A change to what they compute changes the digests pinned in tests/difftest/model/test_generate.py
+# and gets a new name. LEGACY_GENERATORS: earlier labels whose fixtures this generator still reproduces: the module
+# paths fixtures were written with before they had names, and inputs/1, which differs from inputs/2 only under the moe
 # distribution nonneg (its logits were signed); a fixture of that distribution fails the regeneration check.
 GENERATORS = {"inputs": "difftest:inputs/2", "weights": "difftest:expert_weights/1"}
 LEGACY_GENERATORS = {"difftest.generate.inputs": GENERATORS["inputs"], "difftest:inputs/1": GENERATORS["inputs"],

@@ -13,12 +13,12 @@ fields in that order.
 
 **Reachable.** A pair is reachable in a campaign cell (a configuration strategy of campaign_cells) when forcing its
 two values onto one of POOL configurations drawn from that strategy (derandomized: the same pool in every process)
-gives a configuration that the case model (case.CHECKS, which refuses what the spec refuses: tests/test_pairs.py
-compares every witness), the filters and the implementation's ``unsupported`` (asked about the case of that
-configuration, distribution "normal") all accept; that configuration is the pair's witness. The field the op's
-campaign is split by (strategies.SLICES) keeps its cell's value: a cell of routing method llama4 reaches no pair of
-another method. A pair no pool configuration admits is not counted (pools of 16 and of 128 find the same pairs in
-torch's default cells). An (implementation, op)'s reachable pairs are the union over its cells. A cell whose
+gives a configuration that the case model (case.CHECKS, which refuses what the spec refuses:
+tests/difftest/model/test_pairs.py compares every witness), the filters and the implementation's ``unsupported`` (asked
+about the case of that configuration, distribution "normal") all accept; that configuration is the pair's witness. The
+field the op's campaign is split by (strategies.SLICES) keeps its cell's value: a cell of routing method llama4 reaches
+no pair of another method. A pair no pool configuration admits is not counted (pools of 16 and of 128 find the same
+pairs in torch's default cells). An (implementation, op)'s reachable pairs are the union over its cells. A cell whose
 strategy rejects most of its draws (Hypothesis' filter_too_much health check while drawing the pool: a --where
 filter that few configurations meet, or none) is left out, neither measured nor steered, and counted as such.
 

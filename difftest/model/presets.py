@@ -11,7 +11,7 @@ and rounding points, not in GEMM length; --set model_full=1 uses the real sizes 
 Against an implementation, a preset's draws are narrowed to what the implementation states it takes (its ``space``,
 difftest/model/where.py; difftest/running/run.py campaign_cells): a preset draws eps, rsf_placement and T = 0 freely,
 and the trtllm-gen adapters' eps of 1e-20, rsf applied in routing and T >= 1 replace them, so a preset campaign
-compares what it draws instead of declining it (tests/test_adapter_search_fit.py).
+compares what it draws instead of declining it (tests/impls/test_adapter_search_fit.py).
 
 A preset with ``fixed_weights`` (mono-moe) keeps its expert weights for the whole campaign: its moe cases
 take them from WEIGHT_SEED (the setting weight_seed, default 0) instead of each case's seed, while tokens and
@@ -278,7 +278,7 @@ def configs(name, op):
 def space(name, op):
     """{field: where.Constraint}: the values preset ``name`` draws for the fields it fixes or narrows, per op
     (the report greys the values outside them instead of marking them never hit). An op the preset does not
-    run gets {}. tests/test_report.py draws from configs() and checks that nothing falls outside."""
+    run gets {}. tests/difftest/artifacts/test_report.py draws from configs() and checks that nothing falls outside."""
     from .where import Constraint
 
     p = PRESETS[name]

@@ -6,7 +6,7 @@ directory, if there is one; the per-run overrides in the environment variable DI
 name: value), which is how they cross into spawned workers. ``python -m difftest fuzz --set NAME=VALUE`` (and
 ``mutants``) adds to those overrides before anything that reads them is imported. The modules read their settings once,
 at import (module constants), so a run's draws depend on its settings alone. docs/settings.md is this table, rendered
-(``python -m difftest.model.settings``; tests/test_settings.py keeps the two equal).
+(``python -m difftest.model.settings``; tests/difftest/model/test_settings.py keeps the two equal).
 
 A bad name or value is a one-line usage error naming the setting and what it accepts (exit 2). The environment variables
 the settings replaced (DIFFTEST_ + the name in capitals), and those that became flags or options (RETIRED), are
@@ -32,10 +32,10 @@ except ImportError:  # Python 3.10: tomli, where installed (_project() says when
 
 ENV = "DIFFTEST_SETTINGS"
 PYPROJECT = "pyproject.toml"
-# The only DIFFTEST_* variables the project reads (tests/test_settings.py holds the whole repository to this set): the
-# settings' carrier into spawned workers; the folder of prebuilt trtllm-gen libraries, which the standalone reproducer
-# scripts (fixtures/*/repro.py, run without this project) read too; the opt-in of an adapter whose JIT build takes an
-# hour, which the adapter itself reads (impls/ cannot read the settings: it never imports difftest).
+# The only DIFFTEST_* variables the project reads (tests/difftest/model/test_settings.py holds the whole repository to
+# this set): the settings' carrier into spawned workers; the folder of prebuilt trtllm-gen libraries, which the
+# standalone reproducer scripts (fixtures/*/repro.py, run without this project) read too; the opt-in of an adapter whose
+# JIT build takes an hour, which the adapter itself reads (impls/ cannot read the settings: it never imports difftest).
 ENVIRONMENT = (ENV, "DIFFTEST_TRTLLM_GEN_PREBUILT", "DIFFTEST_ENABLE_CUTLASS")
 # Variables retired for a flag or an option, by the part after DIFFTEST_: what replaces each. Refused like those the
 # settings replaced (the names are written once, here, and in the CHANGELOG).

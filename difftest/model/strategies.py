@@ -511,9 +511,9 @@ def slices(op, fixed=None):
 
 
 # Every value the strategies above draw, per op, for the configuration fields with few values: what a campaign can
-# reach. tests/test_strategy_coverage.py holds each drawn within the default profile's examples and accepted by
-# torch, and the finite fields equal to what the case model accepts (case.FIELD_DOMAINS); report.py's coverage
-# table lists these.
+# reach. tests/difftest/model/test_strategy_coverage.py holds each drawn within the default profile's examples and
+# accepted by torch, and the finite fields equal to what the case model accepts (case.FIELD_DOMAINS); report.py's
+# coverage table lists these.
 _ROUTING_REACHABLE = {"method": ROUTING_METHODS, "logits_dtype": LOGIT_DTYPES, "bias_dtype": (None, *BIAS_DTYPES),
                       "renormalize": (False, True), "eps": (0.0, 1e-20), "routed_scaling_factor": SCALING_FACTORS,
                       "group_mask_value": GROUP_MASK_VALUES}

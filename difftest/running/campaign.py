@@ -1,6 +1,6 @@
 """Fuzzing one (implementation, op) cell with Hypothesis: run, compare, target the error/bound ratio, shrink a
-failure and write it as a fixture. Used by tests/test_campaign.py (pytest-xdist spreads the cells) and by
-`python -m difftest fuzz` (worker processes, a time budget, a run directory).
+failure and write it as a fixture. Used by tests/difftest/running/test_campaign.py (pytest-xdist spreads the cells) and
+by `python -m difftest fuzz` (worker processes, a time budget, a run directory).
 
 An implementation that declares ``may_crash`` runs in an IsolatedRunner (difftest/running/isolation.py): a crash
 is a finding of kind "crash", shrunk for at most CRASH_SHRINK_S seconds (the setting crash_shrink_s) after its first

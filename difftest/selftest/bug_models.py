@@ -52,7 +52,8 @@ RSF_TWICE = TORCH._replace(name="bug:rsf_twice", ops=("routing",), run=_rsf_twic
 
 # ---- bugs that live where the search must reach (issue 33): the kernels' expert counts, one-expert groups, layers of
 # model width with several tokens, UE8M0 scales of weights the implementation prepares itself. The self-test finds each
-# within a bounded number of examples (tests/test_search_reach.py); benchmarks/search_fit.py times the plain command.
+# within a bounded number of examples (tests/difftest/model/test_search_reach.py); benchmarks/search_fit.py times the
+# plain command.
 
 INT8_IDS_EXPERTS = 128  # the kernel tier that holds several experts a thread: from 128 experts on (EXPERT_TIERS)
 

@@ -297,7 +297,7 @@ OWN = "own design: "
 # products have 16 significant bits and an fp32 partial sum drops bits only where it exceeds a product by 2^8 (300
 # nonneg cases: 4 tokens moved); on signed inputs the flips reach the outputs with either sign (H = 512, 16 normal
 # cases: 28 tokens toward zero, 25 away); on nonneg inputs at H >= 1024 nearly every token moves toward zero
-# (tests/test_bias.py).
+# (tests/difftest/checking/test_bias.py).
 CATALOGUE += tuple(M(*fields, cls="subtle") for fields in (
     ("fp8_block_partials_bf16", "layer",
      "terms = torch.bmm(a, w) * a_s.t().unsqueeze(-1) * ws.unsqueeze(1)  # [KB, n, N]",
@@ -377,10 +377,10 @@ EQUIVALENT = (
     ),
 )
 _CATALOGUED = {m.name: m for m in CATALOGUE}
-# Fixed-size numeric bugs for the width sweep (`detection`, tests/test_width.py, heavy tier): their size per
-# element does not depend on the layer's width, so a tester whose kill power falls with H misses them at model
-# widths. Two are the catalogue's own mutants (the same objects); the other three are kept out of the catalogue,
-# where they would only repeat what its subtle class already holds at the fuzzer's default widths.
+# Fixed-size numeric bugs for the width sweep (`detection`, tests/difftest/selftest/test_mutant_kill_by_width.py, heavy
+# tier): their size per element does not depend on the layer's width, so a tester whose kill power falls with H misses
+# them at model widths. Two are the catalogue's own mutants (the same objects); the other three are kept out of the
+# catalogue, where they would only repeat what its subtle class already holds at the fuzzer's default widths.
 WIDTH = (
     _CATALOGUED["gemm1_out_truncated"],
     M(

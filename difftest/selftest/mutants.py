@@ -36,7 +36,7 @@ from ..model import settings as difftest_settings
 from ..model.case import OPS, Case
 from ..running import campaign
 from .catalogue import CATALOGUE, CLASSES, EQUIVALENT, MUTANTS
-from .catalogue import WIDTH as WIDTH  # the width sweep's mutants (tests/test_width.py): read here with the rest
+from .catalogue import WIDTH as WIDTH  # width sweep mutants: tests/difftest/selftest/test_mutant_kill_by_width.py
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_EAGER = ROOT / "impls" / "torch_eager"

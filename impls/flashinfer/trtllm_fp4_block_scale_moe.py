@@ -9,7 +9,7 @@ convention (x_q = x·g): ``output1_scale_scalar = g_c/(g_x·g_w13)``, ``output1_
 1/(g_x·g_w13)``, ``output2_scale_scalar = 1/(g_c·g_w2)``, with g_c the intermediate's global scale.
 g_x and g_c are calibrated constants that the case model does not carry yet (docs/interfaces.md has no such
 keys), so unsupported() declines every case and run() takes them only from inputs that hold them
-(tests/test_sm100_contract.py passes them).
+(tests/impls/test_sm100_contract.py passes them).
 """
 
 from . import _trtllm

@@ -1,6 +1,6 @@
 """The cases of the H200 record-then-verify campaign (2026-11-29) and of spec/data/probes/probe_acc.py, regenerated
 bit-identically from (kind, seed) on any machine: numpy PCG64 raw output and integer / IEEE-basic-operation
-transforms only (no numpy distribution methods, no libm). tests/test_quant.py regenerates the probe's operands."""
+transforms only (no numpy distribution methods, no libm). tests/spec/test_quant.py regenerates the probe's operands."""
 
 import numpy as np
 

@@ -1,5 +1,5 @@
 """Offline re-check of the SGLang quantizer campaigns against the full MUFU.RCP table (issue 26; run on the committed
-cases by tests/test_h200_records.py).
+cases by tests/spec/test_sglang_quantizer_device_records.py).
 
 The H200 runs recorded each case (config, distribution, seed: the inputs regenerate bit-identically) with its
 verdict against the spec of that day: hopper_rcp exact for bf16 significands only (RN(1/x) elsewhere), and v1's
@@ -39,7 +39,7 @@ NEW_V1 = "mul_mufu_rcp_scale"
 
 def bf16_only_rcp(x):
     """The spec's hopper_rcp before the full table: the measured deviation where x is a bf16 value, RN elsewhere
-    (the table agrees with the bf16 one there: tests/test_quant.py)."""
+    (the table agrees with the bf16 one there: tests/spec/test_quant.py)."""
     x = np.asarray(x, np.float32)
     bits = x.view(np.uint32)
     rn = (np.float32(1) / x).view(np.int32)

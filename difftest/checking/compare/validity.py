@@ -1,6 +1,6 @@
-"""Validity of routing ids (one definition, tests/test_compare_validity.py proves it against brute force): ids are
-valid iff they are a top-k of the keys under some resolution of keys within 2δ of each other (keys.py), groups
-included: there is a set K of topk_group groups that no group outside K beats by more than 2·gδ, and no expert
+"""Validity of routing ids (one definition, tests/difftest/checking/test_compare_validity.py proves it against brute
+force): ids are valid iff they are a top-k of the keys under some resolution of keys within 2δ of each other (keys.py),
+groups included: there is a set K of topk_group groups that no group outside K beats by more than 2·gδ, and no expert
 outside ids beats one inside by more than 2δ in the keys masked to K (masked experts hold the method's mask value:
 -inf, or deepseek_v2's group_mask_value 0.0, at which they tie with underflowed softmax values). NaN ranks below
 every number. The spec's own ids are valid (its fp32 keys are within δ of the float64 ones); every token whose ids

@@ -46,7 +46,7 @@ void check_contiguous(TensorView const& t, char const* name) {
 }
 
 // Device checks come last in every entry, so each shape and dtype check before them also answers for
-// CPU tensors (tests/test_trtllm_gen_ops.py calls the binding without a GPU).
+// CPU tensors (tests/impls/test_trtllm_gen_ops.py calls the binding without a GPU).
 void check_on_device(std::initializer_list<std::pair<TensorView const*, char const*>> tensors) {
   TensorView const& first = *tensors.begin()->first;
   for (auto const& [t, name] : tensors) {
