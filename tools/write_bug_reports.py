@@ -5,7 +5,7 @@ its reproducer repro.py and repro.npz (difftest/readers/bugreport.py; the same a
     python tools/write_bug_reports.py [--root fixtures] [--check]
 
 Reports of fixtures that are no longer open kernel fixtures are removed. --check writes nothing under the root and
-exits 1 with one line per report that differs from a fresh one (tests/difftest/artifacts/test_bug_reports.py runs the
+exits 1 with one line per report that differs from a fresh one (tests/difftest/readers/test_bug_reports.py runs the
 same check).
 """
 

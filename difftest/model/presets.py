@@ -278,7 +278,7 @@ def configs(name, op):
 def space(name, op):
     """{field: where.Constraint}: the values preset ``name`` draws for the fields it fixes or narrows, per op
     (the report greys the values outside them instead of marking them never hit). An op the preset does not
-    run gets {}. tests/difftest/artifacts/test_report.py draws from configs() and checks that nothing falls outside."""
+    run gets {}. tests/difftest/readers/test_report.py draws from configs() and checks that nothing falls outside."""
     from .where import Constraint
 
     p = PRESETS[name]

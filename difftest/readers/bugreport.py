@@ -7,7 +7,7 @@ the bound holds (from the recipe, in docs/comparisons.md's terms), the traced ro
 note, NOTES_FIELDS, else its recorded message, which holds the trace in fixtures written before notes had a field of
 their own), and how to run the reproducer. Everything comes from the fixture, the spec and the docs, nothing from the
 machine the report is written on, so a committed report can be compared with a fresh one
-(tests/difftest/artifacts/test_bug_reports.py).
+(tests/difftest/readers/test_bug_reports.py).
 """
 
 import json

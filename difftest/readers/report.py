@@ -55,7 +55,7 @@ NO_CASES = "no cases.jsonl.gz (nor a plain cases.jsonl)"
 # Coverage axes: (title, ops, configuration field, values difftest/model/strategies.py draws). Values seen but not
 # listed here (a newer tester, a --where filter) are appended, so nothing hit is hidden; listed values never
 # hit show as zero cells (red), or grey where the run's filters (--model, --where, a plug-in's space) excluded
-# them. tests/difftest/artifacts/test_report.py draws from the strategies and fails if one draws a value outside these.
+# them. tests/difftest/readers/test_report.py draws from the strategies and fails if one draws a value outside these.
 ENUM_AXES = (
     ("routing method", ("routing", "moe"), "method", ROUTING_METHODS),
     ("logits dtype", ("routing", "moe"), "logits_dtype", LOGIT_DTYPES),
