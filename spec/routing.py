@@ -26,8 +26,8 @@ All "fp32" by default, which leaves the fp32 arithmetic above unchanged; ideal i
 
 Group scores (``group_score``, recipes.GROUP_SCORES): "top2_sum" adds a group's two largest keys (a one-expert
 group: its only key); "max" takes the largest; "top2_sum_if_biased" is top2_sum when a bias is given and max
-without (DeepSeek-V3 inference/model.py Gate, vLLM grouped_topk); "method": deepseek_v3 top2_sum (FlashInfer),
-deepseek_v2 max (SGLang grouped_topk).
+without (DeepSeek-V3 inference/model.py Gate, vLLM grouped_topk); "method": the method's own rule, its METHODS
+row's group_score: deepseek_v3 top2_sum (FlashInfer), deepseek_v2 max (SGLang grouped_topk).
 
 Ties. Selection is a stable sort on -key: equal keys → lower expert index first, equal group scores →
 lower group index first (trtllm-gen TopKRedType, moe_fused_gate). Columns of ids are in selection order.
@@ -330,7 +330,7 @@ def _kept_groups(keys, o, group_score):
 def group_rule(method, group_score, biased):
     """"top2_sum" or "max": what recipes.GROUP_SCORES' `group_score` means for `method` (module docstring),
     `biased` whether a correction bias is given."""
-    return {"method": "top2_sum" if method == "deepseek_v3" else "max",
+    return {"method": METHODS[method].group_score,
             "top2_sum_if_biased": "top2_sum" if biased else "max"}.get(group_score, group_score)
 
 
@@ -496,23 +496,24 @@ class Method(NamedTuple):
     biased: bool        # adds a correction bias to the selection keys (weights stay unbiased)
     scores: str         # SCORES: the selected values weights are made of (softmax_of_selected: over the k picks)
     normalizes: str     # NORMALIZATIONS: whether those scores are divided by their sum (+ eps), before rsf
+    group_score: str    # what recipe field group_score="method" means: "top2_sum" or "max" (ungrouped: max, moot)
 
 
 # One row per method, in the order campaigns draw them (FlashInfer RoutingMethodType order, then SGLang's
 # grouped softmax).
 METHODS = {
-    #                                        keys       grouped biased scores                 normalizes
-    "default": Method(_METHODS["default"], "softmax", False, False, "softmax", "none"),
-    "renormalize": Method(_METHODS["renormalize"], "raw", False, False, "softmax_of_selected", "none"),
-    "renormalize_naive": Method(_METHODS["renormalize_naive"], "softmax", False, False, "softmax", "always"),
-    "deepseek_v3": Method(_METHODS["deepseek_v3"], "sigmoid", True, True, "sigmoid", "if_renormalize"),
-    "llama4": Method(_METHODS["llama4"], "raw", False, False, "sigmoid", "none"),
-    "topk": Method(_METHODS["topk"], "raw", False, False, "raw", "none"),
-    "sigmoid_renorm": Method(_METHODS["sigmoid_renorm"], "sigmoid", False, False, "sigmoid", "if_renormalize"),
-    "sigmoid": Method(_METHODS["sigmoid"], "sigmoid", False, False, "sigmoid", "none"),
-    "topk_sigmoid": Method(_METHODS["topk_sigmoid"], "raw", False, False, "sigmoid", "none"),
-    "minimax2": Method(_METHODS["minimax2"], "sigmoid", False, True, "sigmoid", "always"),
-    "deepseek_v2": Method(_METHODS["deepseek_v2"], "softmax", True, False, "softmax", "if_renormalize"),
+    #                                        keys       grouped biased scores                 normalizes  group_score
+    "default": Method(_METHODS["default"], "softmax", False, False, "softmax", "none", "max"),
+    "renormalize": Method(_METHODS["renormalize"], "raw", False, False, "softmax_of_selected", "none", "max"),
+    "renormalize_naive": Method(_METHODS["renormalize_naive"], "softmax", False, False, "softmax", "always", "max"),
+    "deepseek_v3": Method(_METHODS["deepseek_v3"], "sigmoid", True, True, "sigmoid", "if_renormalize", "top2_sum"),
+    "llama4": Method(_METHODS["llama4"], "raw", False, False, "sigmoid", "none", "max"),
+    "topk": Method(_METHODS["topk"], "raw", False, False, "raw", "none", "max"),
+    "sigmoid_renorm": Method(_METHODS["sigmoid_renorm"], "sigmoid", False, False, "sigmoid", "if_renormalize", "max"),
+    "sigmoid": Method(_METHODS["sigmoid"], "sigmoid", False, False, "sigmoid", "none", "max"),
+    "topk_sigmoid": Method(_METHODS["topk_sigmoid"], "raw", False, False, "sigmoid", "none", "max"),
+    "minimax2": Method(_METHODS["minimax2"], "sigmoid", False, True, "sigmoid", "always", "max"),
+    "deepseek_v2": Method(_METHODS["deepseek_v2"], "softmax", True, False, "softmax", "if_renormalize", "max"),
 }
 ROUTING_METHODS = tuple(METHODS)
 GROUPED_METHODS = tuple(m for m, row in METHODS.items() if row.grouped)

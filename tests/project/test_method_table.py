@@ -29,6 +29,17 @@ def test_every_spec_method_function_has_one_table_row():
         assert row.function.__doc__, f"{name}: the formula belongs in the docstring"
 
 
+def test_group_score_method_reads_the_row():
+    """recipe field group_score="method" means the row's own group score; only a grouped method's can be top2_sum."""
+    for name, row in routing.METHODS.items():
+        assert row.group_score in ("top2_sum", "max"), (name, row.group_score)
+        assert row.grouped or row.group_score == "max", f"{name}: an ungrouped method has no group score to choose"
+        for biased in (False, True):
+            assert routing.group_rule(name, "method", biased) == row.group_score, name
+    assert routing.METHODS["deepseek_v3"].group_score == "top2_sum"  # FlashInfer's DeepSeekV3 routing
+    assert routing.METHODS["deepseek_v2"].group_score == "max"  # SGLang's grouped_topk
+
+
 def test_the_torch_implementation_routes_every_method_and_agrees_on_groups_and_bias():
     assert set(torch_routing.ROUTING_METHODS) == set(routing.METHODS)
     assert set(torch_routing.GROUPED) == set(routing.GROUPED_METHODS)
