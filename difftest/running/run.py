@@ -161,14 +161,13 @@ def _count_lines(paths):
 def failures_by_signature(out):
     """Counter of signatures.Signature over this run's failing rows (cases-*.jsonl, before the merge; shrink
     steps included): the cases behind each finding, known ones too."""
-    from ..store.rundir import parse_row
+    from ..store.rundir import worker_rows
     from ..store.signatures import row_fields, signature
 
     n = Counter()
-    for p in out.glob("cases-*.jsonl"):
-        for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())):
-            if row.get("kind"):
-                n[signature(row["op"], row.get("impl", ""), row["kind"], row_fields(row), row["case"]["config"])] += 1
+    for row in worker_rows(out):
+        if row.get("kind"):
+            n[signature(row["op"], row.get("impl", ""), row["kind"], row_fields(row), row["case"]["config"])] += 1
     return n
 
 
@@ -176,12 +175,11 @@ def bias_cells(out):
     """difftest/checking/bias.py over this run's rows (cases-*.jsonl, before the merge): (the cells whose errors push
     one way, [{impl, op, quant, cases, evidence, message}]; every cell's evidence, Monitor.cells_summary)."""
     from ..checking.bias import Monitor
-    from ..store.rundir import parse_row
+    from ..store.rundir import worker_rows
 
     monitor = Monitor()
-    for p in sorted(out.glob("cases-*.jsonl")):
-        for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())):
-            monitor.add(row)
+    for row in worker_rows(out):
+        monitor.add(row)
     return monitor.findings(), monitor.cells_summary()
 
 
@@ -189,11 +187,10 @@ def pairwise(args, out):
     """summary.json's "pairwise": the pairs of field values that this run's compared cases (cases-*.jsonl, before
     the merge) have, among those reachable in its cells (difftest/model/pairs.py)."""
     from ..model import pairs
-    from ..store.rundir import parse_row
+    from ..store.rundir import worker_rows
 
-    rows = (row for p in sorted(out.glob("cases-*.jsonl"))
-            for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())))
-    return pairs.coverage(rows, campaign_cells(args.impl, args.op, args.model, args.where), args.where, args.model)
+    cells = campaign_cells(args.impl, args.op, args.model, args.where)
+    return pairs.coverage(worker_rows(out), cells, args.where, args.model)
 
 
 def nothing_compared(cases, skips, limit):

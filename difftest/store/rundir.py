@@ -70,6 +70,13 @@ def parse_row(line):
     return row if isinstance(row, dict) and {"op", "status", "message", "ratio", "case"} <= set(row) else None
 
 
+def worker_rows(out):
+    """This run's case rows, from the workers' cases-*.jsonl before the merge (in file order; torn lines dropped):
+    whatever earlier runs left in cases.jsonl.gz is not among them."""
+    for p in sorted(Path(out).glob("cases-*.jsonl")):
+        yield from filter(None, map(parse_row, p.read_text(errors="replace").splitlines()))
+
+
 def _tokens(row):
     config = row["case"]["config"]
     return config.get("num_tokens", config.get("routing", {}).get("num_tokens", 1))
@@ -79,11 +86,10 @@ def this_run(out):
     """(cases, compared, Counter of skip reasons, compared cases with tokens) of the rows in the workers'
     cases-*.jsonl, before the merge: this run's alone, whatever earlier runs left in cases.jsonl.gz."""
     cases, skips, with_tokens = 0, Counter(), 0
-    for p in out.glob("cases-*.jsonl"):
-        for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())):
-            cases += 1
-            skips.update([row["message"]] if row["status"] == "skip" else [])
-            with_tokens += row["status"] != "skip" and _tokens(row) > 0
+    for row in worker_rows(out):
+        cases += 1
+        skips.update([row["message"]] if row["status"] == "skip" else [])
+        with_tokens += row["status"] != "skip" and _tokens(row) > 0
     return cases, cases - sum(skips.values()), skips, with_tokens
 
 
@@ -92,16 +98,15 @@ def cell_shares(out):
     run's rows: how much of what was drawn for each implementation and op was compared, how much of that had no
     tokens (T = 0), and why the rest was not."""
     cells = {}
-    for p in sorted(out.glob("cases-*.jsonl")):
-        for row in filter(None, map(parse_row, p.read_text(errors="replace").splitlines())):
-            c = cells.setdefault(f"{row.get('impl', '?')} {row['op']}", {"drawn": 0, "compared": 0, "empty": 0,
-                                                                         "declined": Counter()})
-            c["drawn"] += 1
-            if row["status"] == "skip":
-                c["declined"][row["message"]] += 1
-            else:
-                c["compared"] += 1
-                c["empty"] += _tokens(row) == 0
+    for row in worker_rows(out):
+        c = cells.setdefault(f"{row.get('impl', '?')} {row['op']}", {"drawn": 0, "compared": 0, "empty": 0,
+                                                                     "declined": Counter()})
+        c["drawn"] += 1
+        if row["status"] == "skip":
+            c["declined"][row["message"]] += 1
+        else:
+            c["compared"] += 1
+            c["empty"] += _tokens(row) == 0
     return {cell: {**c, "share": round(c["compared"] / c["drawn"], 4), "declined": c["declined"].most_common(3)}
             for cell, c in sorted(cells.items())}
 
