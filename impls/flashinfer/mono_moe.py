@@ -91,7 +91,8 @@ def unsupported(config):
 
 
 def gate_up_rows(w13, half_order):
-    """[E, 2I, K] in ``half_order`` -> [E, 2I, K] in [gate; up] (rows 0:I gate), the kernel's input order."""
+    """[E, 2I, ...] in ``half_order`` -> [E, 2I, ...] in [gate; up] (rows 0:I gate), the kernel's input order: the
+    codes [E, 2I, K], or their scales [E, 2I/128, K/128], whose row blocks follow the rows they scale."""
     if half_order == "gate_up":
         return w13
     if half_order != "up_gate":
@@ -114,7 +115,7 @@ def prepare_weights(w13, w13_scale, w2, w2_scale, *, half_order="gate_up", devic
         if a.shape != shape:
             raise ValueError(f"{name} must be {list(shape)}, got {list(a.shape)}")
     return {"w13": interleave_for_tma_wgmma_up(to_torch(gate_up_rows(w13, half_order), "e4m3fn", device)),
-            "w13_scale": to_torch(w13_scale, "fp32", device),
+            "w13_scale": to_torch(gate_up_rows(w13_scale, half_order), "fp32", device),
             "w2": to_torch(w2, "e4m3fn", device), "w2_scale": to_torch(w2_scale, "fp32", device)}
 
 

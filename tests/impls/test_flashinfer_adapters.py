@@ -96,6 +96,28 @@ def test_mono_moe_gate_up_rows():
     assert mod.gate_up_rows(w, "gate_up") is w
 
 
+@pytest.mark.parametrize("half_order", ["gate_up", "up_gate"])
+def test_mono_moe_prepares_scales_with_their_rows(half_order, monkeypatch):
+    """The kernel reads [gate; up] codes and their block scales: an up_gate layer's scale row blocks move with its
+    rows (the H200 mono-moe preset campaign of 2026-12-03 found up_gate cases failing while the codes alone moved).
+    Every array equals the preparation of the same layer given in gate_up order. Small shapes: E, I, H patched."""
+    mod = adapter("mono_moe")
+    monkeypatch.setattr(mod, "E", 2)
+    monkeypatch.setattr(mod, "I", 256)
+    monkeypatch.setattr(mod, "H", 256)
+    B, rng = mod.BLOCK, np.random.default_rng(0)
+    w13 = rng.integers(0, 0x7E, (2, 512, 256), dtype=np.uint8)  # finite e4m3 codes
+    w13_scale = rng.uniform(0.5, 2, (2, 512 // B, 256 // B)).astype(np.float32)
+    w2, w2_scale = rng.integers(0, 0x7E, (2, 256, 256), dtype=np.uint8), np.ones((2, 2, 2), np.float32)
+    given = (w13, w13_scale) if half_order == "gate_up" else (
+        np.concatenate([w13[:, 256:], w13[:, :256]], 1), np.concatenate([w13_scale[:, 2:], w13_scale[:, :2]], 1))
+    got = mod.prepare_weights(*given, w2, w2_scale, half_order=half_order, device="cpu")
+    want = mod.prepare_weights(w13, w13_scale, w2, w2_scale, half_order="gate_up", device="cpu")
+    for name in want:
+        assert torch.equal(got[name].view(torch.uint8) if got[name].dtype == torch.float8_e4m3fn else got[name],
+                           want[name].view(torch.uint8) if want[name].dtype == torch.float8_e4m3fn else want[name]), name
+
+
 def test_mono_moe_interleave_pairs_gate_and_up_rows():
     from flashinfer.fused_moe.monomoe import interleave_for_tma_wgmma_up
 
