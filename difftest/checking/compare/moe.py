@@ -79,7 +79,9 @@ def recipe_vs_ideal(case, inputs, spec, recipe):
     ideal bound; a relative 2^-24 model would there claim e.g. 1e-40 for a renormalized weight built from
     subnormal scores that fp32 holds to one bit. Those rows' weights are checked instead against the float64
     ideal weights within the relative bound plus underflow_term (degenerate rows: not at all — implementations
-    are held to the recipe there, the recipe is not); the layer check keeps every other row."""
+    are held to the recipe there, the recipe is not); the layer check keeps every other row. Rows whose weight
+    bound is infinite count as degenerate: the recipe's own weights are not determined there (tanh.approx
+    sigmoids renormalized over a score sum within k·η̄ of 0, bounds.routing_weights)."""
     c, k = case.config.routing, case.config.routing.top_k
     if case.config.rsf_placement == "combine":  # spec.weights then exclude rsf (applied at the combine)
         c = replace(c, routed_scaling_factor=None)
@@ -89,6 +91,9 @@ def recipe_vs_ideal(case, inputs, spec, recipe):
     absolute, degenerate = underflow_term(c, inputs, ids, recipe)
     rel = weight_bound(c, recipe, want_w, True, inputs, ids)
     finite = np.isfinite(spec.weights).all(axis=1) & (spec.weights != 0).any(axis=1)
+    # rows whose weights no finite bound holds (a tanh.approx sigmoid renormalized over scores whose sum is within
+    # k·η̄ of 0: bounds.routing_weights gives ∞): the recipe does not determine them, so they are not held either
+    degenerate = degenerate | ~np.isfinite(rel).all(axis=1)
     underflowing = degenerate | ~finite | (absolute > rel).any(axis=1)
     sane = (~underflowing)[:, None]
     ideal = layer_at(case, inputs, None, ids)

@@ -11,6 +11,7 @@ from difftest.checking.impl_spec import SPEC
 from difftest.model import generate
 from difftest.model.case import Case, DevKernelConfig, MoEConfig, QuantConfig, RoutingConfig
 from difftest.selftest import bug_models
+from spec import bounds
 
 DS = RoutingConfig("deepseek_v3", 8, 16, 4, 4, 2, 2.5, bias_dtype="fp32")
 
@@ -306,6 +307,24 @@ def test_spec_vs_ideal_excludes_only_underflowing_rows():
     good = impl_spec.layer(normal, inputs, impl_spec.DEFAULT)
     bad = good._replace(out=good.out * np.float32(1.2))
     assert not compare.recipe_vs_ideal(normal, inputs, bad, impl_spec.DEFAULT)[0].ok
+
+
+def test_spec_vs_ideal_does_not_hold_rows_whose_weights_the_recipe_leaves_open():
+    """A tanh.approx sigmoid renormalized over scores whose sum is within k·η̄ of 0 has no finite weight bound
+    (bounds.routing_weights: ∞): the H200 campaign of 2026-12-03 reported "the derived bound is inf" for the spec
+    itself on such rows (trtllm-gen no-GEMM bf16, sigmoid_renorm, `large` logits, x ≈ -14.9). Those rows are not
+    held to the ideal; a row with a finite bound still is (its output 20 % off fails)."""
+    from spec.recipes import TRTLLM_GEN_NOGEMM_BF16 as recipe
+
+    case = Case("moe", MoEConfig(RoutingConfig("sigmoid_renorm", 2, 1, 1, eps=1e-20), 16, 16, activation="relu2"),
+                "normal", 0)
+    inputs = dict(generate_inputs(case), logits=np.array([[-14.904198], [0.5]], np.float32))
+    spec = impl_spec.layer(case, inputs, recipe)
+    assert np.isinf(bounds.bound_vs_ideal(spec, recipe)[0]).all() and np.isfinite(spec.out[0]).all()
+    assert np.isfinite(bounds.bound_vs_ideal(spec, recipe)[1]).all()
+    assert all(v.ok for v in compare.recipe_vs_ideal(case, inputs, spec, recipe))
+    off = spec._replace(out=spec.out * np.float32([[1.0], [1.2]]))
+    assert not compare.recipe_vs_ideal(case, inputs, off, recipe)[0].ok
 
 
 def generate_inputs(case):
