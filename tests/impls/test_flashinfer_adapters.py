@@ -113,9 +113,11 @@ def test_mono_moe_prepares_scales_with_their_rows(half_order, monkeypatch):
         np.concatenate([w13[:, 256:], w13[:, :256]], 1), np.concatenate([w13_scale[:, 2:], w13_scale[:, :2]], 1))
     got = mod.prepare_weights(*given, w2, w2_scale, half_order=half_order, device="cpu")
     want = mod.prepare_weights(w13, w13_scale, w2, w2_scale, half_order="gate_up", device="cpu")
+    def bits(t):
+        return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
     for name in want:
-        assert torch.equal(got[name].view(torch.uint8) if got[name].dtype == torch.float8_e4m3fn else got[name],
-                           want[name].view(torch.uint8) if want[name].dtype == torch.float8_e4m3fn else want[name]), name
+        assert torch.equal(bits(got[name]), bits(want[name])), name
 
 
 def test_mono_moe_interleave_pairs_gate_and_up_rows():

@@ -110,6 +110,7 @@ def measured_rows():
     """The rows of docs/measured.md's one table of current figures (the first table of the page)."""
     text = (ROOT / "docs" / "measured.md").read_text(encoding="utf-8")
     table = text[text.index("| what | figure | date | command |"):].split("\n\n")[0].splitlines()
+    table = table[:next((i for i, line in enumerate(table) if not line.startswith("|")), len(table))]
     return [re.split(r"(?<!\\)\|", line)[1:-1] for line in table[2:]]
 
 
