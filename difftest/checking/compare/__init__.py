@@ -34,7 +34,7 @@ from .keys import (
     ungrouped,
     weight_bound,
 )
-from .moe import compare_moe, layer_at, moe_routing, recipe_vs_ideal, weighted_at
+from .moe import compare_moe, layer_at, moe_routing, open_weights, recipe_vs_ideal, weighted_at
 from .quant import code_value, compare_quant, nan_sign_free, scale_value
 from .routing import check_ids, compare_permutation, compare_routing
 from .ties import key_classes, tie_violation
@@ -64,6 +64,6 @@ __all__ = [
     "compare_quant", "compare_routing", "compare_trtllm_ops", "contract", "contract_violation", "deepseek_fp8_scales",
     "deepseek_fp8_values", "dev_allowance", "elementwise", "failed", "flushed_to_nan", "fmt_index", "group_rule",
     "ideal_weights", "in_output_order", "kept_group_sets", "key_classes", "keys64", "layer_at", "mask_value",
-    "moe_routing", "nan_sign_free", "recipe_vs_ideal", "robust", "scale_value", "shared_flushed", "stored_bound",
-    "tie_violation", "underflow_term", "ungrouped", "weight_bound", "weighted_at", "worst",
+    "moe_routing", "nan_sign_free", "open_weights", "recipe_vs_ideal", "robust", "scale_value", "shared_flushed",
+    "stored_bound", "tie_violation", "underflow_term", "ungrouped", "weight_bound", "weighted_at", "worst",
 ]

@@ -327,6 +327,25 @@ def test_spec_vs_ideal_does_not_hold_rows_whose_weights_the_recipe_leaves_open()
     assert not compare.recipe_vs_ideal(case, inputs, off, recipe)[0].ok
 
 
+def test_moe_tokens_whose_weights_the_recipe_leaves_open_are_excluded_and_counted():
+    """Such a token's output bound comes out of the bf16 write saturated (about 3.4e38): compared within it, any
+    output passes and the token counts as compared. It is excluded and counted instead; the other token is still
+    held (its output 20 % off fails). The case of the H200 no-GEMM campaign of 2026-12-03."""
+    from spec.recipes import TRTLLM_GEN_NOGEMM_BF16 as recipe
+
+    case = Case("moe", MoEConfig(RoutingConfig("sigmoid_renorm", 2, 1, 1, eps=1e-20), 16, 16, activation="relu2"),
+                "normal", 0)
+    inputs = dict(generate_inputs(case), logits=np.array([[-14.904198], [0.5]], np.float32))
+    spec = impl_spec.layer(case, inputs, recipe)
+    assert bounds.bound_vs_recipe(spec, recipe)[0][0].max() > 1e37  # the saturated bound, what the exclusion avoids
+    assert compare.open_weights(case, inputs, spec, recipe).tolist() == [True, False]
+    far = spec.out * np.float32([[10.0], [1.0]])
+    v = compare.compare_moe(case, inputs, {"out": far}, recipe, "t")
+    assert v.ok and v.excluded == 1, v
+    off = spec.out * np.float32([[1.0], [1.2]])
+    assert not compare.compare_moe(case, inputs, {"out": off}, recipe, "t").ok
+
+
 def generate_inputs(case):
     from difftest.model import generate
 
