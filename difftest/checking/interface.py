@@ -13,6 +13,8 @@ An implementation is any object with these attributes (docs/interfaces.md):
     space: dict (optional)   # the configurations it covers: fuzz draws only these (difftest/model/where.py)
     contract: int (optional, default 1)        # the plug-in contract it was written against (case.CONTRACT)
     capabilities: tuple (optional, default ()) # later fields it handles anyway (case.CAPABILITIES)
+    known_as: str (optional, default None)     # the implementation whose open fixtures record this one's bugs too
+                                               # (a variant under another recipe): `fuzz --known` counts them known
 
 A field added to the case model after an implementation's contract is drawn at its neutral value for it, unless
 its capabilities name the field's capability (case.neutral_fields): a plug-in written today keeps working tomorrow.
@@ -81,6 +83,7 @@ class Impl(NamedTuple):
     run: Callable
     contract: int = 1
     capabilities: tuple = ()
+    known_as: str | None = None
 
 
 # An Impl that also declares the configurations it covers (``space``, difftest/model/where.py): Impl's fields, then
@@ -98,6 +101,7 @@ class SpacedImpl(NamedTuple):
     space: dict
     contract: int = 1
     capabilities: tuple = ()
+    known_as: str | None = None
 
 
 # Built-ins by name -> "module:attribute"; resolved on first use so that listing never imports torch.
@@ -137,6 +141,9 @@ def check_protocol(obj, ref):
     unknown = [c for c in capabilities if c not in CAPABILITIES]
     if isinstance(capabilities, str) or unknown:
         raise ImplError(f"{ref}: capabilities must be a tuple of {sorted(CAPABILITIES)}, got {capabilities!r}")
+    known_as = getattr(obj, "known_as", None)
+    if known_as is not None and not (isinstance(known_as, str) and known_as and known_as != obj.name):
+        raise ImplError(f"{ref}: known_as must be another implementation's name (a str), got {known_as!r}")
     return obj
 
 
@@ -182,7 +189,8 @@ def from_adapter_module(module):
     A module
     whose recipe depends on the configuration defines ``recipe_for(config)``, returning a recipe name (impls/ never
     imports spec/), instead of naming one RECIPE. A module with ``version()`` names its own package version
-    (otherwise flashinfer-python's); one with SPACE gives a SpacedImpl (the configurations it covers)."""
+    (otherwise flashinfer-python's); one with SPACE gives a SpacedImpl (the configurations it covers); KNOWN_AS
+    names the adapter whose open fixtures record its bugs too (a variant such as trtllm_gen_routing.AS_BUILT)."""
     from spec.recipes import NAMED
 
     fixed = NAMED.get(getattr(module, "RECIPE", None))
@@ -200,6 +208,7 @@ def from_adapter_module(module):
         run=lambda case, inputs: module.run(case.config, with_stacked_weights(case, inputs)),
         contract=getattr(module, "CONTRACT", CONTRACT),
         capabilities=tuple(getattr(module, "CASE_CAPABILITIES", ())),  # CAPABILITIES: the devices (SM x.y)
+        known_as=getattr(module, "KNOWN_AS", None),  # a variant (AS_BUILT): the adapter whose fixtures it shares
     )
     space = getattr(module, "SPACE", None)
     return Impl(**fields) if space is None else SpacedImpl(**fields, space=space)

@@ -79,6 +79,18 @@ def known_signatures(root):
     return out
 
 
+def shared_known(known, impls):
+    """`known` plus, for each implementation that states ``known_as`` (an adapter's variant under another recipe,
+    such as trtllm_gen_routing.AS_BUILT), the signatures known for that implementation under the variant's own
+    name: the variant runs the same kernel, so the same open bugs are known for it."""
+    out = set(known)
+    for impl in impls:
+        base = getattr(impl, "known_as", None)
+        if base:
+            out |= {s._replace(impl=impl.name) for s in known if s.impl == base}
+    return out
+
+
 class Finding(AssertionError):
     """A failing case; the message names the element, the bound and the replay command."""
 

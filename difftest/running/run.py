@@ -233,7 +233,7 @@ def fuzz(args, after=None):
         raise UsageError(f"--out {args.out} holds a run already ({', '.join(used[:3])}): give another --out, or "
                          "--resume to continue that run")
     from ..checking import interface
-    from . import database
+    from . import campaign, database
 
     args.db = database.configured(args.db)
     if args.db and database.is_redis(args.db):
@@ -266,6 +266,7 @@ def fuzz(args, after=None):
         reason = interface.load(ref).available()
         if reason:
             raise UsageError(f"implementation {ref} is unavailable: {reason}")
+    args.known_signatures = campaign.shared_known(args.known_signatures, [interface.load(r) for r in args.impl])
     if not campaign_cells(args.impl, args.op, args.model, args.where):
         inside = f" inside --where {where.describe(args.where)}" if args.where else ""
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")

@@ -282,5 +282,5 @@ def run(config, inputs, device="cuda"):
 
 # The layer declared as built: the routing kernel's bf16 bias in grouped DeepSeekV3 cases (an open finding), to look
 # past it in a campaign: ``--impl impls.flashinfer.trtllm_gen_nogemm:AS_BUILT`` (as trtllm_gen_routing.AS_BUILT).
-AS_BUILT = types.SimpleNamespace(**{**globals(), "NAME": f"{NAME}_as_built",
+AS_BUILT = types.SimpleNamespace(**{**globals(), "NAME": f"{NAME}_as_built", "KNOWN_AS": NAME,
                                     "recipe_for": functools.partial(recipe_for, as_built=True)})

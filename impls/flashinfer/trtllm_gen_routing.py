@@ -328,5 +328,5 @@ def run(config, inputs, device="cuda"):
 # past that finding in a campaign: ``--impl impls.flashinfer.trtllm_gen_routing:AS_BUILT``, beside the adapter itself
 # in one run if wanted. A reference, not a registry name (never fuzzed by default); difftest loads an adapter-shaped
 # namespace like the module (difftest/checking/interface.py).
-AS_BUILT = types.SimpleNamespace(**{**globals(), "NAME": f"{NAME}_as_built",
+AS_BUILT = types.SimpleNamespace(**{**globals(), "NAME": f"{NAME}_as_built", "KNOWN_AS": NAME,
                                     "recipe_for": functools.partial(recipe_for, as_built=True)})

@@ -111,6 +111,37 @@ def test_known_fixtures_are_not_reported_again(tmp_path):
     assert "not reported again" in r.stdout
 
 
+def test_a_variant_that_states_known_as_shares_the_known_fixtures(tmp_path):
+    """An implementation stating ``known_as`` (an adapter's variant under another recipe, trtllm_gen_*.AS_BUILT)
+    runs the same kernel: `fuzz --known` counts the open fixtures of the implementation it names as its own known
+    bugs. The same variant without it reports them again, under its own name."""
+    ref = two_bugs(tmp_path)
+    path, name = ref.rsplit(":", 1)
+    with open(path, "a") as f:
+        f.write(f"\n\nclass Unmarked(type({name})):\n    name = {name}.name + '_unmarked'\n\n\n"
+                f"class Variant(type({name})):\n    name = {name}.name + '_as_built'\n    known_as = {name}.name\n\n\n"
+                "VARIANT, UNMARKED = Variant(), Unmarked()\n")
+    assert fuzz(ref, tmp_path / "first").returncode == 1
+    known = ("--known", str(tmp_path / "first" / "fixtures"))
+    r = fuzz(f"{path}:VARIANT", tmp_path / "variant", *known)
+    summary = json.loads((tmp_path / "variant" / "summary.json").read_text())
+    assert r.returncode == 0 and not summary["findings"] and summary["known_failures"], r.stdout + r.stderr
+    assert all(k["signature"][1].endswith("_as_built") for k in summary["known_failures"]), summary
+    assert fuzz(f"{path}:UNMARKED", tmp_path / "unmarked", *known).returncode == 1
+
+
+def test_known_as_names_another_implementation():
+    impl = interface.load("impls.flashinfer.trtllm_gen_routing:AS_BUILT")
+    assert impl.known_as == "flashinfer.trtllm_gen_routing" != impl.name
+    assert interface.load("impls.flashinfer.trtllm_gen_nogemm:AS_BUILT").known_as == "flashinfer.trtllm_gen_nogemm"
+    sig = Signature("routing", "a", "mismatch", "ids", "deepseek_v3")
+    variant = interface.Impl("b", "1", ("routing",), True, False, None, None, None, None, known_as="a")
+    assert campaign.shared_known({sig}, [variant]) == {sig, sig._replace(impl="b")}
+    assert campaign.shared_known({sig}, [variant._replace(known_as=None)]) == {sig}
+    with pytest.raises(interface.ImplError, match="known_as"):
+        interface.check_protocol(variant._replace(known_as="b"), "b")
+
+
 def test_fixed_fixtures_are_not_known(tmp_path):
     ref = two_bugs(tmp_path)
     assert fuzz(ref, tmp_path / "first").returncode == 1
