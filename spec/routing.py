@@ -133,6 +133,7 @@ OPTIONS = {
 CASE_OPTIONS = tuple(name for name, row in OPTIONS.items() if row.source == "case")
 RECIPE_OPTIONS = tuple(name for name, row in OPTIONS.items() if row.source == "recipe")
 KEYWORD_OPTIONS = tuple(name for name, row in OPTIONS.items() if row.source != "recipe")
+_KEYWORD_DEFAULTS = {name: OPTIONS[name].default for name in KEYWORD_OPTIONS}
 
 
 class _Options(namedtuple("_Options", tuple(OPTIONS))):
@@ -151,7 +152,7 @@ class _Options(namedtuple("_Options", tuple(OPTIONS))):
 def _options(recipe=DEFAULT, **given):
     """_Options of keywords `given` (checked by check_options) and `recipe`'s rounding points."""
     _require(isinstance(recipe, Recipe), f"recipe must be a spec.recipes.Recipe, got {type(recipe).__name__}")
-    return _Options(**({name: OPTIONS[name].default for name in KEYWORD_OPTIONS} | given),
+    return _Options(**(_KEYWORD_DEFAULTS | given),
                     **{name: getattr(recipe, name) for name in RECIPE_OPTIONS})
 
 
@@ -173,7 +174,7 @@ def check_options(method, num_experts, *, biased=False, **options):
         _require(name not in RECIPE_OPTIONS,
                  f"{name} is a recipe field: route(..., recipe=R) reads it from R (spec.recipes.Recipe)")
         _require(name in OPTIONS, f"routing option {name!r} is not one of {KEYWORD_OPTIONS}")
-    o = {name: OPTIONS[name].default for name in KEYWORD_OPTIONS} | options
+    o = _KEYWORD_DEFAULTS | options
     E, k, G, tg, S = num_experts, o["top_k"], o["n_group"], o["topk_group"], o["num_fused_shared_experts"]
     _require(_is_int(E) and E >= 1, f"num_experts={E!r} must be an integer >= 1")
     _require(_is_int(k) and 1 <= k <= E, f"top_k={k!r} must be an integer in [1, num_experts={E}]")

@@ -49,7 +49,7 @@ class DataError(ValueError):
 
 def pct(x, digits=1):
     """A share 0..1 as a percentage: 0.997 -> '99.7 %'."""
-    return f"{100 * x:.{digits}f} %".replace(".0 %", " %") if digits else f"{100 * x:.0f} %"
+    return f"{100 * x:.{digits}f} %".replace(".0 %", " %")
 
 
 def join(mapping, unit=""):
@@ -136,12 +136,16 @@ def evaluate(expression: str, data: dict):
     return ev(tree)
 
 
+def _open(path: Path, mode: str):
+    """A source file for text, through gzip where its name ends in .gz."""
+    return (gzip.open if path.name.endswith(".gz") else open)(path, mode, encoding="utf-8")
+
+
 def load_source(name: str) -> dict:
     path = DATA / name
     if not path.is_file():
         raise DataError(f"docs/measured/{name} does not exist (run: python tools/measured.py record ...)")
-    opener = gzip.open if name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
+    with _open(path, "rt") as f:
         return json.load(f)
 
 
@@ -156,11 +160,11 @@ def names_in(template: str) -> set[str]:
 
 
 def fill(template: str, values: dict, where: str) -> str:
-    missing, unused = names_in(template) - set(values), set(values) - names_in(template)
-    if missing or unused:
-        raise DataError(f"{where}: the template names {sorted(missing)} that take lacks, take has {sorted(unused)} "
-                        "that the template does not use" if missing else f"{where}: take has {sorted(unused)} that "
-                        "the template does not use")
+    named = names_in(template)
+    if named - set(values):
+        raise DataError(f"{where}: the template names {sorted(named - set(values))} that take lacks")
+    if set(values) - named:
+        raise DataError(f"{where}: take has {sorted(set(values) - named)} that the template does not use")
     return template.format(**{k: finite(k, v, where) for k, v in values.items()})
 
 
@@ -267,17 +271,17 @@ def trimmed(run_file: Path) -> dict:
 
 
 def record(row_id: str, run_file: Path, load: str | None, date: str | None) -> Path:
-    rows = {r["id"]: r for r in load_rows()["row"]} | {t["id"]: t for t in load_rows().get("table", [])}
+    data = load_rows()
+    rows = {r["id"]: r for r in data["row"] + data.get("table", [])}
     if row_id not in rows or "source" not in rows[row_id]:
         raise DataError(f"{row_id!r} is not a row with a source in docs/measured/rows.toml "
                         f"(those: {', '.join(i for i, r in rows.items() if 'source' in r)})")
-    data = trimmed(run_file)
-    data["measured"] = {"date": date or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    kept = trimmed(run_file)
+    kept["measured"] = {"date": date or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                         **({"load": load} if load else {})}
     target = DATA / rows[row_id]["source"]
-    opener = gzip.open if target.name.endswith(".gz") else open
-    with opener(target, "wt", encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    with _open(target, "wt") as f:
+        f.write(json.dumps(kept, indent=1, sort_keys=True) + "\n")
     return target
 
 

@@ -262,11 +262,12 @@ def fuzz(args, after=None):
                              f"({type(e).__name__}: {e})") from None
     args.impl = args.impl or _default_impls()
     args.op = args.op or list(OPS)
-    for ref in args.impl:
-        reason = interface.load(ref).available()
+    loaded = [interface.load(ref) for ref in args.impl]
+    for ref, impl in zip(args.impl, loaded, strict=True):
+        reason = impl.available()
         if reason:
             raise UsageError(f"implementation {ref} is unavailable: {reason}")
-    args.known_signatures = campaign.shared_known(args.known_signatures, [interface.load(r) for r in args.impl])
+    args.known_signatures = campaign.shared_known(args.known_signatures, loaded)
     if not campaign_cells(args.impl, args.op, args.model, args.where):
         inside = f" inside --where {where.describe(args.where)}" if args.where else ""
         raise UsageError(f"no implementation among {args.impl} runs the ops {args.op}{inside}")
